@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Sans-IO protocol machines: MPA startup, the RX FPDU decoder and the TX FPDU builder.
+//!
+//! The engines are fed bytes (through [`stream::RxStream`]) and emit bytes and placement
+//! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or
+//! the host test harness, moves the bytes. No kernel calls, no allocation, no `unsafe`.
+
+pub mod stream;
