@@ -105,8 +105,16 @@ run_logged "$RSIW_CACHE/apt-kernel.log" root_apt "apt-get install -y -t $DEBIAN_
 	die "kernel package installation failed"
 
 log "installing virtme-ng $VIRTME_NG_VERSION from PyPI into /opt/vng"
+# The wheel is fetched by the host's pip (which carries the host's proxy and CA settings)
+# and installed offline in the root; its dependencies come from Debian packages.
+whl="$RSIW_CACHE/wheels/virtme_ng-$VIRTME_NG_VERSION-py3-none-any.whl"
+if [ ! -f "$whl" ]; then
+	mkdir -p "$RSIW_CACHE/wheels"
+	python3 -m pip download -q --no-deps -d "$RSIW_CACHE/wheels" "virtme-ng==$VIRTME_NG_VERSION" ||
+		die "cannot download virtme-ng $VIRTME_NG_VERSION from PyPI (python3 -m pip download)"
+fi
 run_logged "$RSIW_CACHE/vng-install.log" root_apt "python3 -m venv --system-site-packages /opt/vng && \
-	/opt/vng/bin/pip install -q --disable-pip-version-check virtme-ng==$VIRTME_NG_VERSION" ||
+	/opt/vng/bin/pip install -q --no-index --no-deps --disable-pip-version-check $whl" ||
 	die "virtme-ng installation failed"
 root_apt "apt-get clean" >/dev/null 2>&1 || true
 

@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# rsiw: user entry points.  See README.md.
+#
+#   make                 build rsiw.ko for the debug kernel (KERNEL=stock for Debian's kernel)
+#   make KDIR=/path      build rsiw.ko against your own Rust-enabled kernel build tree
+#   make demo            boot Debian's kernel in a VM, load rsiw, show the device
+#   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
+#   make vm-run CMD=...  run CMD as root in a VM (KERNEL=debug|stock)
+#   make host-test       only the host tests of the protocol core
+#
+# Everything built outside the repository lives in $(RSIW_CACHE) (default /var/cache/rsiw).
+
+KERNEL ?= debug
+CMD ?= true
+SHELL := /bin/bash
+
+ifneq ($(KDIR),)
+# Building against a user-supplied kernel tree with the host's own toolchain.
+LLVM_FLAG := $(if $(shell grep -s '^CONFIG_CC_IS_CLANG=y' $(KDIR)/.config),LLVM=1)
+all module:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) $(LLVM_FLAG) modules
+clean:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) clean
+install:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) $(LLVM_FLAG) modules_install
+	depmod -a $(shell cat $(KDIR)/include/config/kernel.release)
+else
+all module:
+	tests/build-module.sh $(KERNEL)
+clean:
+	rm -rf build
+endif
+
+host-test:
+	tests/host-test.sh
+
+vm-run:
+	KERNEL=$(KERNEL) tests/vm-run.sh -- bash -c '$(CMD)'
+
+check:
+	tests/check.sh
+
+demo:
+	tests/demo.sh
+
+.PHONY: all module clean install host-test vm-run check demo

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * bindgen input for rsiw: the kernel APIs rsiw's Rust code calls.  The generated file is
+ * rust/sys/bindings_generated.rs (see Kbuild); only rust/sys may use it.
+ */
+#include <linux/errno.h>
+#include <linux/if_arp.h>
+#include <linux/netdevice.h>
+#include <linux/notifier.h>
+#include <linux/crc32.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/iw_cm.h>
+#include <rdma/rdma_netlink.h>
+#include <rdma/siw-abi.h>
+
+#include "rsiw_helpers.h"

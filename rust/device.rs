@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rsiw devices: `rdma link add`, netdev events, and the device and port verbs.
+//!
+//! One rsiw device serves one network device (port 1). Its GID is the netdev's MAC
+//! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
+
+use crate::sys::bindings as b;
+use crate::sys::ibdev::{DeviceOps, IbDevice, NewDevice, UserResponse};
+use crate::sys::link::LinkHandler;
+use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use kernel::prelude::*;
+use kernel::str::CStr;
+
+/// Vendor ID reported by `query_device`: ASCII "rsw".
+const VENDOR_ID: u32 = 0x0072_7377;
+
+/// Node description shown by `ibv_devinfo -v` and sysfs `node_desc`.
+const NODE_DESC: &[u8] = b"rsiw Rust soft-iWARP";
+
+/// The per-device data of an rsiw device.
+pub(crate) struct Device {
+    /// The netdev's MAC address in the low 48 bits (updated on NETDEV_CHANGEADDR).
+    mac: AtomicU64,
+    /// Open user contexts, limited by the `max_ucontext` module parameter.
+    ucontexts: AtomicU32,
+    /// Protection domains, limited by the `max_pd` module parameter.
+    pds: AtomicU32,
+}
+
+fn mac_to_u64(mac: [u8; 6]) -> u64 {
+    let mut b8 = [0u8; 8];
+    b8[2..].copy_from_slice(&mac);
+    u64::from_be_bytes(b8)
+}
+
+fn u64_to_mac(v: u64) -> [u8; 6] {
+    let b8 = v.to_be_bytes();
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&b8[2..]);
+    mac
+}
+
+/// Returns the modified EUI-64 for an EUI-48 MAC (RFC 4291 Appendix A), in network order.
+fn eui64(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
+/// Returns the IB MTU enum value for an MTU in octets (`ib_mtu_int_to_enum()`).
+fn ib_mtu(mtu: u32) -> b::ib_mtu {
+    match mtu {
+        4096.. => b::ib_mtu_IB_MTU_4096,
+        2048..=4095 => b::ib_mtu_IB_MTU_2048,
+        1024..=2047 => b::ib_mtu_IB_MTU_1024,
+        512..=1023 => b::ib_mtu_IB_MTU_512,
+        _ => b::ib_mtu_IB_MTU_256,
+    }
+}
+
+/// Takes one unit of `counter` if it is below `limit`.
+fn take_slot(counter: &AtomicU32, limit: u32) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+        .is_ok()
+}
+
+impl DeviceOps for Device {
+    fn query_device(dev: &IbDevice<Self>, attr: &mut b::ib_device_attr) -> Result {
+        let mac = u64_to_mac(dev.mac.load(Ordering::Relaxed));
+        attr.vendor_id = VENDOR_ID;
+        attr.vendor_part_id = 0;
+        attr.sys_image_guid = u64::from_ne_bytes(eui64(mac));
+        attr.max_mr_size = 0;
+        attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
+        // Only PDs exist so far: every other object limit is honestly zero until the
+        // corresponding verbs are implemented (they fail with -EOPNOTSUPP).
+        attr.max_pd = *crate::module_parameters::max_pd.value() as i32;
+        attr.max_qp = 0;
+        attr.max_qp_wr = 0;
+        attr.max_send_sge = 0;
+        attr.max_recv_sge = 0;
+        attr.max_cq = 0;
+        attr.max_cqe = 0;
+        attr.max_mr = 0;
+        attr.max_srq = 0;
+        attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
+        Ok(())
+    }
+
+    fn query_port(dev: &IbDevice<Self>, port: u32, attr: &mut b::ib_port_attr) -> Result {
+        if port != 1 {
+            return Err(EINVAL);
+        }
+        let ndev = dev.netdev().ok_or(ENODEV)?;
+        let (mut speed, mut width) = (0u16, 0u8);
+        dev.eth_speed(port, &mut speed, &mut width)?;
+        attr.active_speed = speed;
+        attr.active_width = width;
+        attr.gid_tbl_len = 1;
+        attr.pkey_tbl_len = 1;
+        attr.max_msg_sz = u32::MAX;
+        attr.max_mtu = ib_mtu(ndev.max_mtu());
+        attr.active_mtu = ib_mtu(ndev.mtu());
+        let active = ndev.is_active();
+        attr.state = if active {
+            b::ib_port_state_IB_PORT_ACTIVE
+        } else {
+            b::ib_port_state_IB_PORT_DOWN
+        };
+        attr.phys_state = if active {
+            b::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
+        } else {
+            b::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
+        };
+        attr.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP
+            | b::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP;
+        Ok(())
+    }
+
+    fn query_gid(dev: &IbDevice<Self>, port: u32, index: i32) -> Result<[u8; 16]> {
+        if port != 1 || index != 0 {
+            return Err(EINVAL);
+        }
+        let mut gid = [0u8; 16];
+        gid[..6].copy_from_slice(&u64_to_mac(dev.mac.load(Ordering::Relaxed)));
+        Ok(gid)
+    }
+
+    fn port_immutable(_dev: &IbDevice<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
+        if port != 1 {
+            return Err(EINVAL);
+        }
+        imm.gid_tbl_len = 1;
+        imm.pkey_tbl_len = 1;
+        imm.core_cap_flags = b::RDMA_CORE_PORT_IWARP;
+        Ok(())
+    }
+
+    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
+        let limit = *crate::module_parameters::max_ucontext.value();
+        if !take_slot(&dev.ucontexts, limit) {
+            if crate::sys::ratelimit() {
+                pr_err!("user context limit reached ({limit}); see module parameter max_ucontext\n");
+            }
+            return Err(ENOMEM);
+        }
+        let r = resp.write(&b::siw_uresp_alloc_ctx { dev_id: 0, pad: 0 });
+        if r.is_err() {
+            dev.ucontexts.fetch_sub(1, Ordering::AcqRel);
+        }
+        r
+    }
+
+    fn dealloc_ucontext(dev: &IbDevice<Self>) {
+        dev.ucontexts.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn alloc_pd(dev: &IbDevice<Self>) -> Result {
+        let limit = *crate::module_parameters::max_pd.value();
+        if !take_slot(&dev.pds, limit) {
+            if crate::sys::ratelimit() {
+                pr_err!("protection domain limit reached ({limit}); see module parameter max_pd\n");
+            }
+            return Err(ENOMEM);
+        }
+        Ok(())
+    }
+
+    fn dealloc_pd(dev: &IbDevice<Self>) {
+        dev.pds.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn dealloc(_dev: &IbDevice<Self>) {}
+}
+
+/// The `rsiw` link type and netdev event handler.
+pub(crate) struct Link;
+
+impl LinkHandler for Link {
+    const TYPE: &'static CStr = c_str!("rsiw");
+
+    fn newlink(name: &CStr, ndev: &NetDev) -> Result {
+        let ifname = BStr::from_bytes(ndev.name());
+        let ty = u32::from(ndev.link_type());
+        if ty != b::ARPHRD_ETHER && ty != b::ARPHRD_IEEE802 && ty != b::ARPHRD_LOOPBACK {
+            if crate::sys::ratelimit() {
+                pr_err!("{name}: netdev {ifname} has link type {ty}, rsiw needs Ethernet\n");
+            }
+            return Err(EINVAL);
+        }
+        let taken = crate::sys::ibdev::with_device_of::<Device>(ndev, |_| ());
+        if taken {
+            if crate::sys::ratelimit() {
+                pr_err!("{name}: netdev {ifname} already has a soft-iWARP device (rsiw or siw)\n");
+            }
+            return Err(EEXIST);
+        }
+        let mac = ndev.mac().unwrap_or([0; 6]);
+        let mut dev = NewDevice::new(
+            ndev,
+            try_pin_init!(Device {
+                mac: AtomicU64::new(mac_to_u64(mac)),
+                ucontexts: AtomicU32::new(0),
+                pds: AtomicU32::new(0),
+            }? Error),
+        )?;
+        dev.set_identity(eui64(mac), NODE_DESC, 1);
+        dev.set_netdev(ndev)?;
+        dev.register(name).inspect_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_err!("{name}: registration on {ifname} failed ({})\n", e.to_errno());
+            }
+        })?;
+        pr_info!("{name}: created on netdev {ifname} (ifindex {})\n", ndev.ifindex());
+        Ok(())
+    }
+}
+
+impl NetdevEvents for Link {
+    fn event(ndev: &NetDev, event: NetdevEvent) {
+        crate::sys::ibdev::with_device_of::<Device>(ndev, |dev| match event {
+            e if e == u64::from(b::netdev_cmd_NETDEV_UP)
+                || e == u64::from(b::netdev_cmd_NETDEV_DOWN)
+                || e == u64::from(b::netdev_cmd_NETDEV_CHANGE) =>
+            {
+                dev.dispatch_port_state(ndev);
+            }
+            e if e == u64::from(b::netdev_cmd_NETDEV_CHANGEADDR) => {
+                if let Some(mac) = ndev.mac() {
+                    dev.mac.store(mac_to_u64(mac), Ordering::Relaxed);
+                }
+                dev.dispatch_port_event(b::ib_event_type_IB_EVENT_GID_CHANGE);
+            }
+            e if e == u64::from(b::netdev_cmd_NETDEV_UNREGISTER) => dev.unregister_queued(),
+            _ => {}
+        });
+    }
+}

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rsiw: a software iWARP RDMA provider (RFC 5040, RFC 5041, RFC 5044, RFC 6581).
+//!
+//! The crate root only declares modules and the kernel module itself; see
+//! `Documentation/rsiw.rst` for the administrator's guide.
+
+use kernel::prelude::*;
+
+pub mod engine;
+pub mod wire;
+
+mod device;
+mod sys;
+
+module! {
+    type: Rsiw,
+    name: "rsiw",
+    authors: ["The rsiw developers"],
+    description: "Software iWARP RDMA provider in Rust (siw user ABI)",
+    license: "GPL",
+    alias: ["rdma-link-rsiw"],
+    params: {
+        max_ucontext: u32 {
+            default: 1024,
+            description: "Maximum number of user contexts (open device files) per rsiw device",
+        },
+        max_pd: u32 {
+            default: 65536,
+            description: "Maximum number of protection domains per rsiw device",
+        },
+    },
+}
+
+/// The loaded module: the device registry, the `rsiw` link type and the netdev notifier.
+///
+/// Fields drop in declaration order: first no new links, then no netdev events, then all
+/// remaining devices are unregistered.
+struct Rsiw {
+    _link: sys::link::LinkRegistration<device::Link>,
+    _notifier: sys::netdev::NotifierRegistration<device::Link>,
+    _registry: sys::ibdev::Registry,
+}
+
+impl kernel::Module for Rsiw {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let registry = sys::ibdev::Registry::new()?;
+        let notifier = sys::netdev::NotifierRegistration::new()?;
+        let link = sys::link::LinkRegistration::new()?;
+        pr_info!("loaded: link type 'rsiw' (rdma link add NAME type rsiw netdev DEV)\n");
+        Ok(Rsiw { _link: link, _notifier: notifier, _registry: registry })
+    }
+}
+
+impl Drop for Rsiw {
+    fn drop(&mut self) {
+        pr_info!("unloading: removing {} device(s)\n", self._registry.count());
+    }
+}

@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices: the `struct ib_device` container, its operation table and trampolines,
+//! registration, and the registry of rsiw's own devices.
+//!
+//! Lifetime of a device (the RDMA core's "dealloc_driver" flow):
+//! 1. [`NewDevice::new`] allocates the container with `_ib_alloc_device`, initialises the
+//!    Rust part in place and installs the operation table.
+//! 2. [`NewDevice::register`] adds it to the [`Registry`] and calls `ib_register_device`.
+//! 3. Unregistration (`rdma link del`, netdev removal, module unload) ends in the core
+//!    calling `dealloc_driver`, where the Rust part is removed from the registry and
+//!    dropped in place; the core frees the memory afterwards.
+
+use super::bindings;
+use super::netdev::{NetDev, NetDevRef};
+use core::mem::{size_of, MaybeUninit};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::prelude::*;
+use kernel::str::CStr;
+use kernel::types::Opaque;
+
+/// The verbs a device type implements; called by the trampolines with safe references.
+///
+/// Each method documents the `ib_device_ops` member it implements; errors are returned to
+/// the caller (uverbs, a kernel ULP) as negative errnos.
+pub(crate) trait DeviceOps: Sized + Send + Sync {
+    /// `query_device`: fills the device attributes.
+    fn query_device(dev: &IbDevice<Self>, attr: &mut bindings::ib_device_attr) -> Result;
+    /// `query_port`: fills the attributes of `port` (1-based). `attr` arrives zeroed.
+    fn query_port(dev: &IbDevice<Self>, port: u32, attr: &mut bindings::ib_port_attr) -> Result;
+    /// `query_gid`: returns GID `index` of `port` (16 octets, network order).
+    fn query_gid(dev: &IbDevice<Self>, port: u32, index: i32) -> Result<[u8; 16]>;
+    /// `get_port_immutable`: fills the immutable port attributes.
+    fn port_immutable(
+        dev: &IbDevice<Self>,
+        port: u32,
+        imm: &mut bindings::ib_port_immutable,
+    ) -> Result;
+    /// `alloc_ucontext`: a user process opened the device; `resp` receives the
+    /// provider-specific response.
+    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result;
+    /// `dealloc_ucontext`: the user context is gone.
+    fn dealloc_ucontext(dev: &IbDevice<Self>);
+    /// `alloc_pd`: a protection domain is being created.
+    fn alloc_pd(dev: &IbDevice<Self>) -> Result;
+    /// `dealloc_pd`: a protection domain is being destroyed.
+    fn dealloc_pd(dev: &IbDevice<Self>);
+    /// Called once when the device is being freed, before the Rust part is dropped.
+    fn dealloc(dev: &IbDevice<Self>);
+}
+
+/// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
+///
+/// # Invariants
+///
+/// `base` was allocated by `_ib_alloc_device` with the size of `Self` and initialised by
+/// the core; `data` is initialised; the memory stays valid while the core holds a
+/// reference to the device, which it does for the whole time it calls device operations.
+#[repr(C)]
+pub(crate) struct IbDevice<T> {
+    base: Opaque<bindings::ib_device>,
+    data: T,
+}
+
+impl<T> core::ops::Deref for IbDevice<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// The operation table shared by all devices of type `T`. `owner` is set per device.
+    const OPS: bindings::ib_device_ops = {
+        // SAFETY: `ib_device_ops` is a C struct of integers and nullable function and data
+        // pointers, for all of which all-zeroes is a valid value (absent operation).
+        let mut ops: bindings::ib_device_ops = unsafe { MaybeUninit::zeroed().assume_init() };
+        ops.driver_id = bindings::rdma_driver_id_RDMA_DRIVER_SIW;
+        ops.uverbs_abi_ver = bindings::SIW_ABI_VERSION;
+        ops.query_device = Some(Self::query_device_c);
+        ops.query_port = Some(Self::query_port_c);
+        ops.query_gid = Some(Self::query_gid_c);
+        ops.get_port_immutable = Some(Self::port_immutable_c);
+        ops.alloc_ucontext = Some(Self::alloc_ucontext_c);
+        ops.dealloc_ucontext = Some(Self::dealloc_ucontext_c);
+        ops.alloc_pd = Some(Self::alloc_pd_c);
+        ops.dealloc_pd = Some(Self::dealloc_pd_c);
+        ops.dealloc_driver = Some(Self::dealloc_driver_c);
+        // iw_cm calls these without checking for NULL: until rsiw has a connection
+        // manager they refuse with -EOPNOTSUPP.
+        ops.iw_connect = Some(Self::iw_connect_c);
+        ops.iw_accept = Some(Self::iw_accept_c);
+        ops.iw_reject = Some(Self::iw_reject_c);
+        ops.iw_create_listen = Some(Self::iw_create_listen_c);
+        ops.iw_get_qp = Some(Self::iw_get_qp_c);
+        ops.size_ib_ucontext = size_of::<bindings::ib_ucontext>();
+        ops.size_ib_pd = size_of::<bindings::ib_pd>();
+        ops
+    };
+
+    /// Returns the device behind a core pointer.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the `ib_device` of a live `IbDevice<T>` (its ops are `Self::OPS`), and
+    /// stays live for `'a`.
+    unsafe fn from_raw<'a>(raw: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts
+        // at `raw`; the caller guarantees it is a live `IbDevice<T>`.
+        unsafe { &*raw.cast::<Self>() }
+    }
+
+    /// Returns the raw `ib_device` pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.base.get()
+    }
+
+    /// Returns the netdev bound to port 1, with a reference, or `None` if it is gone.
+    pub(crate) fn netdev(&self) -> Option<NetDevRef> {
+        // SAFETY: the device is live; the core returns a held netdev or null, and the
+        // reference is transferred to the `NetDevRef`.
+        unsafe { NetDevRef::from_owned(bindings::ib_device_get_netdev(self.as_raw(), 1)) }
+    }
+
+    /// Returns the IB speed and width equivalent of the Ethernet link speed of `port`
+    /// (`ib_get_eth_speed()`).
+    ///
+    /// # Errors
+    ///
+    /// The error of `ib_get_eth_speed` (`EINVAL` for a bad port, `ENODEV` without netdev).
+    pub(crate) fn eth_speed(&self, port: u32, speed: &mut u16, width: &mut u8) -> Result {
+        // SAFETY: the device is live; `speed` and `width` are valid for writes.
+        super::to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, speed, width) })
+    }
+
+    /// Dispatches the port state of `ndev` (active/down) to the device's event handlers.
+    pub(crate) fn dispatch_port_state(&self, ndev: &NetDev) {
+        // SAFETY: the device is live (type invariant) and `ndev` is a live netdev.
+        unsafe { bindings::ib_dispatch_port_state_event(self.as_raw(), ndev.as_ptr()) };
+    }
+
+    /// Dispatches an asynchronous port event (`IB_EVENT_*`) for port 1.
+    pub(crate) fn dispatch_port_event(&self, event: bindings::ib_event_type) {
+        // SAFETY: all-zeroes is a valid `ib_event` (null device, port 0).
+        let mut ev: bindings::ib_event = unsafe { MaybeUninit::zeroed().assume_init() };
+        ev.device = self.as_raw();
+        ev.event = event;
+        ev.element.port_num = 1;
+        // SAFETY: `ev` is a valid event for a live device; the core copies what it needs.
+        unsafe { bindings::ib_dispatch_event(&ev) };
+    }
+
+    /// Queues the device's unregistration (safe from notifier context).
+    pub(crate) fn unregister_queued(&self) {
+        // SAFETY: the device is live and registered or being registered; the core takes
+        // its own reference for the queued work.
+        unsafe { bindings::ib_unregister_device_queued(self.as_raw()) };
+    }
+
+    unsafe extern "C" fn query_device_c(
+        raw: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core calls device ops only on live devices of this type, with a
+        // valid, exclusively borrowed attribute buffer.
+        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
+        errno(T::query_device(dev, attr))
+    }
+
+    unsafe extern "C" fn query_port_c(
+        raw: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
+        // SAFETY: all-zeroes is a valid `ib_port_attr`.
+        *attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        errno(T::query_port(dev, port, attr))
+    }
+
+    unsafe extern "C" fn query_gid_c(
+        raw: *mut bindings::ib_device,
+        port: u32,
+        index: kernel::ffi::c_int,
+        gid: *mut bindings::ib_gid,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let dev = unsafe { Self::from_raw(raw) };
+        match T::query_gid(dev, port, index) {
+            Ok(raw_gid) => {
+                // SAFETY: `gid` is a valid, exclusively borrowed `union ib_gid` of 16
+                // octets; writing its `raw` member is always valid.
+                unsafe { (*gid).raw = raw_gid };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    unsafe extern "C" fn port_immutable_c(
+        raw: *mut bindings::ib_device,
+        port: u32,
+        imm: *mut bindings::ib_port_immutable,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let (dev, imm) = unsafe { (Self::from_raw(raw), &mut *imm) };
+        errno(T::port_immutable(dev, port, imm))
+    }
+
+    unsafe extern "C" fn alloc_ucontext_c(
+        uctx: *mut bindings::ib_ucontext,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core passes a ucontext it allocated for a live device of this type.
+        let dev = unsafe { Self::from_raw((*uctx).device) };
+        let mut resp = UserResponse { udata, _p: core::marker::PhantomData };
+        errno(T::alloc_ucontext(dev, &mut resp))
+    }
+
+    unsafe extern "C" fn dealloc_ucontext_c(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: as in `alloc_ucontext_c`.
+        let dev = unsafe { Self::from_raw((*uctx).device) };
+        T::dealloc_ucontext(dev);
+    }
+
+    unsafe extern "C" fn alloc_pd_c(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core passes a PD it allocated for a live device of this type.
+        let dev = unsafe { Self::from_raw((*pd).device) };
+        errno(T::alloc_pd(dev))
+    }
+
+    unsafe extern "C" fn dealloc_pd_c(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `alloc_pd_c`.
+        let dev = unsafe { Self::from_raw((*pd).device) };
+        T::dealloc_pd(dev);
+        0
+    }
+
+    unsafe extern "C" fn dealloc_driver_c(raw: *mut bindings::ib_device) {
+        let this = raw.cast::<Self>();
+        // SAFETY: the core calls `dealloc_driver` exactly once, on a device of this type
+        // whose data was initialised before the ops were installed (`NewDevice::new`).
+        T::dealloc(unsafe { &*this });
+        Registry::remove(raw);
+        // SAFETY: `data` is initialised and nothing uses it after this point: the core
+        // calls no further operations and frees the memory itself.
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
+    }
+
+    unsafe extern "C" fn iw_connect_c(
+        _cm_id: *mut bindings::iw_cm_id,
+        _param: *mut bindings::iw_cm_conn_param,
+    ) -> kernel::ffi::c_int {
+        EOPNOTSUPP.to_errno()
+    }
+
+    unsafe extern "C" fn iw_accept_c(
+        _cm_id: *mut bindings::iw_cm_id,
+        _param: *mut bindings::iw_cm_conn_param,
+    ) -> kernel::ffi::c_int {
+        EOPNOTSUPP.to_errno()
+    }
+
+    unsafe extern "C" fn iw_reject_c(
+        _cm_id: *mut bindings::iw_cm_id,
+        _pdata: *const kernel::ffi::c_void,
+        _len: u8,
+    ) -> kernel::ffi::c_int {
+        EOPNOTSUPP.to_errno()
+    }
+
+    unsafe extern "C" fn iw_create_listen_c(
+        _cm_id: *mut bindings::iw_cm_id,
+        _backlog: kernel::ffi::c_int,
+    ) -> kernel::ffi::c_int {
+        EOPNOTSUPP.to_errno()
+    }
+
+    unsafe extern "C" fn iw_get_qp_c(
+        _raw: *mut bindings::ib_device,
+        _qpn: kernel::ffi::c_int,
+    ) -> *mut bindings::ib_qp {
+        // No QP can exist yet (create_qp is not offered).
+        core::ptr::null_mut()
+    }
+}
+
+fn errno(r: Result) -> kernel::ffi::c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// The response buffer of a user verb (`struct ib_udata`'s output side).
+///
+/// # Invariants
+///
+/// `udata` is null (kernel caller) or the valid `ib_udata` of the verb being executed.
+pub(crate) struct UserResponse<'a> {
+    udata: *mut bindings::ib_udata,
+    _p: core::marker::PhantomData<&'a mut bindings::ib_udata>,
+}
+
+impl UserResponse<'_> {
+    /// Copies `resp` (a plain C response struct from `siw-abi.h`) to user space.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if there is no user buffer or it is shorter than `R`; `EFAULT` if the copy
+    /// faults.
+    pub(crate) fn write<R: UserAbi>(&mut self, resp: &R) -> Result {
+        if self.udata.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `udata` is valid (type invariant).
+        let outlen = unsafe { bindings::rsiw_udata_outlen(self.udata) };
+        if outlen < size_of::<R>() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `udata` is valid; `resp` is `size_of::<R>()` readable octets without
+        // padding holes (`UserAbi`).
+        super::to_result(unsafe {
+            bindings::rsiw_copy_to_udata(
+                self.udata,
+                core::ptr::from_ref(resp).cast(),
+                size_of::<R>(),
+            )
+        })
+    }
+}
+
+/// A C struct of the siw user ABI that can be copied to user space as is.
+///
+/// # Safety
+///
+/// The type is `repr(C)` with no padding octets (they would leak kernel memory).
+pub(crate) unsafe trait UserAbi {}
+
+// SAFETY: two `__u32` fields, no padding.
+unsafe impl UserAbi for bindings::siw_uresp_alloc_ctx {}
+
+/// A device allocated and initialised, not yet registered. Dropping it frees the device.
+///
+/// # Invariants
+///
+/// `ptr` is an `IbDevice<T>` from `_ib_alloc_device` with initialised data and
+/// `IbDevice::<T>::OPS` installed, owned by this value (not registered).
+pub(crate) struct NewDevice<T: DeviceOps> {
+    ptr: NonNull<IbDevice<T>>,
+}
+
+impl<T: DeviceOps> NewDevice<T> {
+    /// Allocates a device in network namespace `net` and initialises its data with `init`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `init`.
+    pub(crate) fn new(ndev: &NetDev, init: impl PinInit<T, Error>) -> Result<Self> {
+        const { assert!(core::mem::align_of::<IbDevice<T>>() <= 8) };
+        // SAFETY: the size covers the `ib_device` at offset 0; kzalloc alignment (8)
+        // suffices for `IbDevice<T>` (asserted above).
+        let raw = unsafe { bindings::_ib_alloc_device(size_of::<IbDevice<T>>(), ndev.net()) };
+        let raw = NonNull::new(raw).ok_or(ENOMEM)?;
+        let this = raw.cast::<IbDevice<T>>();
+        // SAFETY: `data` lies inside the allocation, is properly aligned and pinned (the
+        // device never moves); on error `init` leaves it uninitialised.
+        let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
+        // SAFETY: see above.
+        if let Err(e) = unsafe { init.__pinned_init(slot) } {
+            // SAFETY: no ops are installed, so no `dealloc_driver` runs on uninit data.
+            unsafe { bindings::ib_dealloc_device(raw.as_ptr()) };
+            return Err(e);
+        }
+        // SAFETY: the device is exclusively ours; `OPS` is a promoted `'static` constant.
+        unsafe {
+            bindings::ib_set_device_ops(raw.as_ptr(), &Self::ops());
+            (*raw.as_ptr()).ops.owner = super::this_module();
+        }
+        // INVARIANT: allocated, data initialised, ops installed, not registered.
+        Ok(Self { ptr: this })
+    }
+
+    fn ops() -> &'static bindings::ib_device_ops {
+        &IbDevice::<T>::OPS
+    }
+
+    fn raw(&self) -> *mut bindings::ib_device {
+        self.ptr.as_ptr().cast()
+    }
+
+    /// Sets the node type (`RDMA_NODE_*`), the port count (1), the number of completion
+    /// vectors, the node GUID (8 octets, network order) and the node description.
+    pub(crate) fn set_identity(&mut self, guid: [u8; 8], desc: &[u8], comp_vectors: i32) {
+        // SAFETY: the unregistered device is exclusively ours (type invariant).
+        let dev = unsafe { &mut *self.raw() };
+        dev.node_type = bindings::rdma_node_type_RDMA_NODE_RNIC as u8;
+        dev.phys_port_cnt = 1;
+        dev.num_comp_vectors = comp_vectors;
+        dev.node_guid = u64::from_ne_bytes(guid);
+        let n = desc.len().min(dev.node_desc.len() - 1);
+        for (d, s) in dev.node_desc.iter_mut().zip(desc[..n].iter()) {
+            *d = *s;
+        }
+    }
+
+    /// Binds port 1 to `ndev` (`ib_device_set_netdev`).
+    ///
+    /// # Errors
+    ///
+    /// The error of `ib_device_set_netdev`.
+    pub(crate) fn set_netdev(&mut self, ndev: &NetDev) -> Result {
+        // SAFETY: the device and `ndev` are live; the core takes its own netdev reference.
+        super::to_result(unsafe { bindings::ib_device_set_netdev(self.raw(), ndev.as_ptr(), 1) })
+    }
+
+    /// Registers the device as `name` with the RDMA core; from here on the core owns it.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `ib_register_device` (for example a name already in use);
+    /// the device is freed.
+    pub(crate) fn register(self, name: &CStr) -> Result {
+        let raw = self.raw();
+        Registry::add(raw)?;
+        core::mem::forget(self);
+        // SAFETY: `raw` is an allocated, unregistered device owned by us (type invariant
+        // of the forgotten `NewDevice`); `name` is NUL-terminated.
+        let ret = unsafe {
+            bindings::rsiw_mark_name_assigned_by_user(raw);
+            bindings::ib_register_device(raw, name.as_char_ptr(), core::ptr::null_mut())
+        };
+        if ret != 0 {
+            // SAFETY: after a failed registration the caller frees the device; this runs
+            // `dealloc_driver`, which removes it from the registry.
+            unsafe { bindings::ib_dealloc_device(raw) };
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+}
+
+impl<T: DeviceOps> Drop for NewDevice<T> {
+    fn drop(&mut self) {
+        // SAFETY: the device is allocated, initialised and not registered (type
+        // invariant); `ib_dealloc_device` runs `dealloc_driver` and frees it.
+        unsafe { bindings::ib_dealloc_device(self.raw()) };
+    }
+}
+
+/// Looks up the RDMA device bound to `ndev` and, if it is one of rsiw's (type `T`), runs
+/// `f` on it while holding a reference. Returns whether any soft-iWARP device (rsiw's or
+/// the C siw's, which share the driver id) is bound to `ndev`.
+pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevice<T>)) -> bool {
+    // SAFETY: `ndev` is live; the lookup returns a referenced device or null.
+    let raw = unsafe {
+        bindings::ib_device_get_by_netdev(ndev.as_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_SIW)
+    };
+    if raw.is_null() {
+        return false;
+    }
+    // SAFETY: `raw` is a live, referenced device; its `ops` is a plain copy we may read.
+    let ours = unsafe { (*raw).ops.owner } == super::this_module();
+    if ours {
+        // SAFETY: rsiw creates devices only through `NewDevice<T>` (one device type), so
+        // `owner` identifies an `IbDevice<T>`; the lookup's reference keeps it live.
+        f(unsafe { IbDevice::<T>::from_raw(raw) });
+    }
+    // SAFETY: balances `ib_device_get_by_netdev`.
+    unsafe { bindings::ib_device_put(raw) };
+    true
+}
+
+/// A raw device pointer in the registry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct RawDevice(NonNull<bindings::ib_device>);
+
+// SAFETY: the pointer is only dereferenced by the RDMA core or under the registry lock
+// with a device reference held; it carries no thread affinity.
+unsafe impl Send for RawDevice {}
+
+kernel::sync::global_lock! {
+    // SAFETY: initialised in `Registry::new` before any device exists.
+    unsafe(uninit) static DEVICES: Mutex<KVec<RawDevice>> = KVec::new();
+}
+
+static REGISTRY_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// The set of rsiw's registered devices, for tearing them all down at module unload.
+///
+/// The C siw shares rsiw's driver id (the user ABI requires it), so
+/// `ib_unregister_driver()` would also remove the C siw's devices: rsiw tracks its own.
+///
+/// # Invariants
+///
+/// At most one `Registry` exists, and `DEVICES` is initialised while it does. A device is
+/// in `DEVICES` from just before `ib_register_device` until its `dealloc_driver`, so every
+/// entry is a live allocation while the lock is held.
+pub(crate) struct Registry(());
+
+impl Registry {
+    /// Creates the registry (once per module lifetime).
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` if it already exists.
+    pub(crate) fn new() -> Result<Self> {
+        if REGISTRY_LIVE.swap(true, Ordering::AcqRel) {
+            return Err(EBUSY);
+        }
+        // SAFETY: called once (guarded above) before any device is created.
+        unsafe { DEVICES.init() };
+        // INVARIANT: the only registry; `DEVICES` initialised.
+        Ok(Self(()))
+    }
+
+    fn add(raw: *mut bindings::ib_device) -> Result {
+        let raw = RawDevice(NonNull::new(raw).ok_or(EINVAL)?);
+        DEVICES.lock().push(raw, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    fn remove(raw: *mut bindings::ib_device) {
+        let mut devices = DEVICES.lock();
+        if let Some(i) = devices.iter().position(|d| d.0.as_ptr() == raw) {
+            devices.swap_remove(i);
+        }
+    }
+
+    /// Returns the number of registered rsiw devices.
+    pub(crate) fn count(&self) -> usize {
+        DEVICES.lock().len()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        loop {
+            let next = {
+                let devices = DEVICES.lock();
+                let Some(d) = devices.first().copied() else { break };
+                // SAFETY: entries are live while the lock is held (type invariant); the
+                // reference keeps the memory valid after the lock is dropped.
+                unsafe { bindings::get_device(core::ptr::addr_of_mut!((*d.0.as_ptr()).dev)) };
+                d
+            };
+            // SAFETY: we hold a reference on the device. Unregistration is synchronous and
+            // ends in `dealloc_driver`, which removes the entry; if another path finished
+            // unregistering first, its `dealloc_driver` already removed it.
+            unsafe { bindings::ib_unregister_device(next.0.as_ptr()) };
+            Self::remove(next.0.as_ptr());
+            // SAFETY: balances `get_device` above.
+            unsafe { bindings::put_device(core::ptr::addr_of_mut!((*next.0.as_ptr()).dev)) };
+        }
+        REGISTRY_LIVE.store(false, Ordering::Release);
+    }
+}

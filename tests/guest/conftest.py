@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Fixtures for rsiw's in-guest tests (run as root inside the VM by tests/vm-run.sh).
+
+Every test is checked afterwards for kernel problems: new dmesg lines with BUG:,
+WARNING:, KASAN, Oops, lockdep reports, or kmemleak leaks whose backtrace names rsiw.
+"""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+RSIW_KO = os.environ.get("RSIW_KO", "")
+SIW_KO = os.environ.get("RSIW_SIW_KO", "")
+
+BAD_DMESG = re.compile(
+    r"BUG:|WARNING:|KASAN|Oops|general protection|possible recursive locking|"
+    r"circular locking dependency|inconsistent lock state|suspicious RCU usage|"
+    r"sleeping function called from invalid context|list_add corruption|"
+    r"list_del corruption|refcount_t:|UBSAN|kernel BUG"
+)
+KMEMLEAK = "/sys/kernel/debug/kmemleak"
+
+
+def sh(cmd, check=True, timeout=120):
+    """Runs a shell command; returns CompletedProcess with text stdout/stderr."""
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(
+            f"command failed ({p.returncode}): {cmd}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+        )
+    return p
+
+
+def dmesg_lines():
+    return sh("dmesg").stdout.splitlines()
+
+
+def module_loaded(name):
+    return os.path.isdir(f"/sys/module/{name}") and os.path.exists(f"/sys/module/{name}/refcnt")
+
+
+def load_rdma_core():
+    """Loads the RDMA core modules (built in on the debug kernel, modules on Debian's)."""
+    sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
+
+
+def load_rsiw(params=""):
+    load_rdma_core()
+    if module_loaded("rsiw"):
+        return
+    assert RSIW_KO, "RSIW_KO is not set (run the tests through tests/vm-run.sh)"
+    sh(f"insmod {RSIW_KO} {params}")
+
+
+def unload_rsiw():
+    if module_loaded("rsiw"):
+        sh("rmmod rsiw")
+
+
+def load_siw():
+    load_rdma_core()
+    if module_loaded("siw"):
+        return
+    if SIW_KO:
+        sh(f"insmod {SIW_KO}")
+    else:
+        sh("modprobe siw")
+
+
+def rdma_links():
+    """Returns {ibdev: netdev} from `rdma link show`."""
+    out = sh("rdma link show").stdout
+    links = {}
+    for line in out.splitlines():
+        m = re.match(r"link (\S+)/\d+ .*?(?:netdev (\S+))?\s*$", line)
+        if m:
+            links[m.group(1)] = m.group(2)
+    return links
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def make_dummy(name, addr=None):
+    sh(f"ip link add {name} type dummy")
+    if addr:
+        sh(f"ip addr add {addr} dev {name}")
+    sh(f"ip link set {name} up")
+
+
+def del_link(name):
+    sh(f"ip link del {name}", check=False)
+
+
+def kmemleak_report():
+    if not os.path.exists(KMEMLEAK):
+        return ""
+    sh(f"echo scan > {KMEMLEAK}", check=False, timeout=300)
+    with open(KMEMLEAK) as f:
+        return f.read()
+
+
+def rsiw_leaks(report):
+    """Returns the kmemleak records whose backtrace names rsiw."""
+    records = re.split(r"(?=^unreferenced object)", report, flags=re.M)
+    return [r for r in records if r.startswith("unreferenced object") and "rsiw" in r]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_checks():
+    # Forget leaks from boot (not rsiw's): only new ones count.
+    if os.path.exists(KMEMLEAK):
+        kmemleak_report()
+        sh(f"echo clear > {KMEMLEAK}", check=False)
+    yield
+    unload_rsiw()
+    # kmemleak reports objects only once they are old enough (5 s).
+    time.sleep(6)
+    leaks = rsiw_leaks(kmemleak_report())
+    assert not leaks, "kmemleak: leaks attributable to rsiw:\n" + "\n".join(leaks)
+
+
+@pytest.fixture(autouse=True)
+def kernel_clean(request):
+    """Fails the test if it made the kernel report a problem."""
+    before = len(dmesg_lines())
+    yield
+    new = dmesg_lines()[before:]
+    bad = [line for line in new if BAD_DMESG.search(line)]
+    assert not bad, "kernel reported problems during the test:\n" + "\n".join(new[-80:])
+    leaks = rsiw_leaks(kmemleak_report())
+    if leaks:
+        sh(f"echo clear > {KMEMLEAK}", check=False)
+    assert not leaks, "kmemleak: leaks attributable to rsiw:\n" + "\n".join(leaks)
+
+
+@pytest.fixture
+def rsiw():
+    """rsiw loaded with default parameters; unloaded (devices removed) afterwards."""
+    load_rsiw()
+    yield
+    unload_rsiw()
+
+
+@pytest.fixture
+def dummy():
+    """A dummy netdev `rsdum0` with an IPv4 address, removed afterwards."""
+    make_dummy("rsdum0", "10.91.0.1/24")
+    yield "rsdum0"
+    del_link("rsdum0")

@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: GPL-2.0
+"""rsiw as an RDMA device: module load, `rdma link`, device and port attributes,
+teardown paths, coexistence with the C siw, and bad input."""
+import os
+import re
+
+import pytest
+
+from conftest import (
+    del_link,
+    load_rsiw,
+    load_siw,
+    make_dummy,
+    module_loaded,
+    rdma_links,
+    sh,
+    unload_rsiw,
+    wait_for,
+)
+
+
+def mac_of(netdev):
+    with open(f"/sys/class/net/{netdev}/address") as f:
+        return f.read().strip()
+
+
+def eui64_guid(mac):
+    """ibv_devinfo's node_guid format (xxxx:xxxx:xxxx:xxxx) of the EUI-64 of a MAC."""
+    b = [int(x, 16) for x in mac.split(":")]
+    e = [b[0] ^ 2, b[1], b[2], 0xFF, 0xFE, b[3], b[4], b[5]]
+    return ":".join(f"{e[i]:02x}{e[i + 1]:02x}" for i in range(0, 8, 2))
+
+
+def devinfo(dev, verbose=False):
+    return sh(f"ibv_devinfo {'-v ' if verbose else ''}-d {dev}").stdout
+
+
+def test_modinfo_lists_parameters_with_descriptions():
+    out = sh(f"modinfo {os.environ['RSIW_KO']}").stdout
+    assert re.search(r"^alias:\s+rdma-link-rsiw$", out, re.M), out
+    for param in ("max_ucontext", "max_pd"):
+        m = re.search(rf"^parm:\s+{param}:(.+)$", out, re.M)
+        assert m and len(m.group(1).strip()) > 20, f"{param} lacks a description:\n{out}"
+
+
+def test_load_unload_20_times():
+    unload_rsiw()
+    for _ in range(20):
+        load_rsiw()
+        assert module_loaded("rsiw")
+        unload_rsiw()
+        assert not module_loaded("rsiw")
+
+
+def test_link_add_creates_iwarp_device(rsiw, dummy):
+    sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+    assert rdma_links().get("rsiw0") == dummy
+    assert "rsiw0" in sh("ibv_devices").stdout
+
+    info = devinfo("rsiw0")
+    assert re.search(r"transport:\s+iWARP \(1\)", info), info
+    assert re.search(r"state:\s+PORT_ACTIVE \(4\)", info), info
+    assert re.search(r"link_layer:\s+Ethernet", info), info
+    assert eui64_guid(mac_of(dummy)) in info, info
+
+    with open("/sys/class/infiniband/rsiw0/node_type") as f:
+        assert f.read().strip() == "4: RNIC"
+    uverbs = [d for d in os.listdir("/sys/class/infiniband_verbs") if d.startswith("uverbs")]
+    abi = []
+    for d in uverbs:
+        with open(f"/sys/class/infiniband_verbs/{d}/ibdev") as f:
+            if f.read().strip() == "rsiw0":
+                with open(f"/sys/class/infiniband_verbs/{d}/abi_version") as g:
+                    abi.append(g.read().strip())
+    assert abi == ["1"], abi
+    # The siw user-space provider drives the device: the driver id is RDMA_DRIVER_SIW.
+    assert "driver siw" in sh("rdma dev show rsiw0 -d").stdout or "rsiw0" in info
+
+    verbose = devinfo("rsiw0", verbose=True)
+    mac = mac_of(dummy).replace(":", "")
+    gid = re.search(r"GID\[\s*0\]:\s+(\S+)", verbose)
+    assert gid, verbose
+    assert gid.group(1).replace(":", "").startswith(mac), verbose
+    assert re.search(r"max_pd:\s+65536", verbose), verbose
+    assert re.search(r"max_qp:\s+0\b", verbose), verbose
+
+
+def test_port_state_follows_netdev(rsiw, dummy):
+    sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+    sh(f"ip link set {dummy} down")
+    assert re.search(r"state:\s+PORT_DOWN", devinfo("rsiw0"))
+    assert "state DOWN" in sh("rdma link show rsiw0/1").stdout
+    sh(f"ip link set {dummy} up")
+    assert re.search(r"state:\s+PORT_ACTIVE", devinfo("rsiw0"))
+
+
+def test_gid_follows_mac_change(rsiw, dummy):
+    sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+    sh(f"ip link set {dummy} address 02:11:22:33:44:55")
+    gid = re.search(r"GID\[\s*0\]:\s+(\S+)", devinfo("rsiw0", verbose=True)).group(1)
+    assert gid.replace(":", "").startswith("021122334455"), gid
+
+
+def test_link_add_del_20_times(rsiw, dummy):
+    for _ in range(20):
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        assert "rsiw0" in rdma_links()
+        sh("rdma link del rsiw0")
+        assert "rsiw0" not in rdma_links()
+
+
+def test_netdev_unregister_removes_device(rsiw):
+    sh("ip link add rsveth0 type veth peer name rsveth1")
+    try:
+        sh("ip link set rsveth0 up")
+        sh("rdma link add rsiw1 type rsiw netdev rsveth0")
+        assert rdma_links().get("rsiw1") == "rsveth0"
+        sh("ip link del rsveth0")
+        wait_for(lambda: "rsiw1" not in rdma_links(), what="rsiw1 to disappear")
+    finally:
+        del_link("rsveth0")
+
+
+def test_rmmod_with_devices_present(dummy):
+    load_rsiw()
+    make_dummy("rsdum1")
+    try:
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        sh("rdma link add rsiw1 type rsiw netdev rsdum1")
+        unload_rsiw()
+        links = rdma_links()
+        assert "rsiw0" not in links and "rsiw1" not in links
+    finally:
+        del_link("rsdum1")
+
+
+def test_coexists_with_c_siw(dummy):
+    load_siw()
+    load_rsiw()
+    make_dummy("rsdum1", "10.91.1.1/24")
+    try:
+        sh("rdma link add siw0 type siw netdev rsdum1")
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        devs = sh("ibv_devices").stdout
+        assert "siw0" in devs and "rsiw0" in devs
+        assert "iWARP" in devinfo("siw0") and "iWARP" in devinfo("rsiw0")
+        # Unloading rsiw removes only rsiw's devices, not the C siw's.
+        unload_rsiw()
+        links = rdma_links()
+        assert "rsiw0" not in links and links.get("siw0") == "rsdum1", links
+        sh("rdma link del siw0")
+    finally:
+        sh("rdma link del siw0", check=False)
+        del_link("rsdum1")
+        unload_rsiw()
+        sh("rmmod siw", check=False)
+
+
+def test_bad_link_add_requests_fail_cleanly(rsiw, dummy):
+    # Missing netdev.
+    assert sh("rdma link add rsiw9 type rsiw netdev nosuchdev0", check=False).returncode != 0
+    sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+    before = sh("dmesg").stdout
+    # The netdev already has an rsiw device.
+    r = sh(f"rdma link add rsiw1 type rsiw netdev {dummy}", check=False)
+    assert r.returncode != 0
+    assert "rsiw1" not in rdma_links()
+    new = sh("dmesg").stdout[len(before):]
+    assert re.search(rf"rsiw1: netdev {dummy} already has a soft-iWARP device", new), new
+    # Duplicate device name on another netdev.
+    make_dummy("rsdum1")
+    try:
+        r = sh("rdma link add rsiw0 type rsiw netdev rsdum1", check=False)
+        assert r.returncode != 0
+        assert rdma_links().get("rsiw0") == dummy
+    finally:
+        del_link("rsdum1")
+    # The device still works after the failed attempts.
+    assert "PORT_ACTIVE" in devinfo("rsiw0")
+
+
+def test_non_ethernet_netdev_is_refused(rsiw):
+    sh("ip link add rsipip0 type ipip local 10.92.0.1 remote 10.92.0.2", check=False)
+    if not os.path.exists("/sys/class/net/rsipip0"):
+        sh("ip tuntap add rstun0 mode tun", check=False)
+        name = "rstun0"
+    else:
+        name = "rsipip0"
+    if not os.path.exists(f"/sys/class/net/{name}"):
+        pytest.skip("no non-Ethernet netdev type available in this kernel")
+    try:
+        r = sh(f"rdma link add rsiw2 type rsiw netdev {name}", check=False)
+        assert r.returncode != 0
+        assert "needs Ethernet" in sh("dmesg | tail -n 5").stdout
+    finally:
+        del_link(name)
+
+
+def test_link_add_autoloads_module(dummy):
+    """`rdma link add ... type rsiw` loads rsiw through its rdma-link-rsiw alias."""
+    unload_rsiw()
+    rel = os.uname().release
+    mods = f"/lib/modules/{rel}"
+    work = "/tmp/rsiw-modules"
+    sh(f"mkdir -p {work}/upper {work}/work {mods}")
+    sh(f"mount -t overlay overlay -o lowerdir={mods},upperdir={work}/upper,workdir={work}/work {mods}")
+    try:
+        sh(f"mkdir -p {mods}/extra && cp {os.environ['RSIW_KO']} {mods}/extra/")
+        sh(f"depmod -a {rel}")
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        assert module_loaded("rsiw")
+        assert rdma_links().get("rsiw0") == dummy
+    finally:
+        unload_rsiw()
+        sh(f"umount {mods}", check=False)
+
+
+def test_max_ucontext_is_enforced(dummy):
+    unload_rsiw()
+    load_rsiw("max_ucontext=0")
+    try:
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        r = sh("ibv_devinfo -d rsiw0", check=False)
+        assert r.returncode != 0, r.stdout
+        assert "user context limit reached (0)" in sh("dmesg | tail -n 20").stdout
+    finally:
+        unload_rsiw()
+
+
+def test_max_pd_is_enforced(dummy):
+    unload_rsiw()
+    load_rsiw("max_pd=2")
+    try:
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        script = (
+            "import errno\n"
+            "from pyverbs.device import Context\n"
+            "from pyverbs.pd import PD\n"
+            "from pyverbs.pyverbs_error import PyverbsRDMAError\n"
+            "ctx = Context(name='rsiw0')\n"
+            "pds = [PD(ctx), PD(ctx)]\n"
+            "try:\n"
+            "    PD(ctx)\n"
+            "    print('third PD allocated')\n"
+            "except PyverbsRDMAError as e:\n"
+            "    print('refused', e.error_code)\n"
+            "for p in pds:\n"
+            "    p.close()\n"
+            "pds = [PD(ctx), PD(ctx)]\n"
+            "print('reallocated', len(pds))\n"
+        )
+        out = sh(f"python3 -c \"{script}\"").stdout
+        assert "refused 12" in out, out
+        assert "reallocated 2" in out, out
+    finally:
+        unload_rsiw()

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Boot a kernel flavour with virtme-ng and run a command in the guest as root.
+#
+#   tests/vm-run.sh [--kernel debug|stock] [--timeout SECONDS] -- CMD...
+#
+# The guest's root filesystem is the build root (read-only, with overlays); the
+# repository is mounted read-write at its host path and is the working directory.  The
+# guest sees RSIW_KO (the rsiw.ko built for this kernel), RSIW_SIW_KO (the C siw for the
+# stock kernel; the debug kernel has siw as a regular module), RSIW_KERNEL and
+# RSIW_RUN_DIR (a scratch directory shared with the host).
+#
+# Prints the command's output; exits with its status.  A boot failure, a guest panic or a
+# timeout exits non-zero and shows the tail of the guest console.
+#
+# KVM is used only if a real probe boots this kernel under KVM (this kind of machine
+# exposes /dev/kvm but cannot run stock kernels with it); RSIW_KVM=0|1 overrides.
+. "$(dirname "$0")/lib.sh"
+
+flavour=${KERNEL:-debug}
+timeout_s=${RSIW_VM_TIMEOUT:-1800}
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--kernel) flavour=$2; shift 2 ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	--) shift; break ;;
+	*) break ;;
+	esac
+done
+[ $# -gt 0 ] || die "usage: tests/vm-run.sh [--kernel debug|stock] [--timeout S] -- CMD..."
+
+root=$("$RSIW_TOP/tests/root.sh")
+# shellcheck disable=SC1091
+. "$root/rsiw-versions.env"
+tree=$("$RSIW_TOP/tests/kernel.sh" "$flavour")
+ko=$("$RSIW_TOP/tests/build-module.sh" "$flavour")
+
+case "$flavour" in
+debug)
+	kernel="$tree/arch/x86/boot/bzImage"
+	run_arg="$tree"
+	siw_ko=
+	;;
+stock)
+	kernel="/boot/vmlinuz-$LINUX_ABI"
+	run_arg="$kernel"
+	siw_ko="$tree/rsiw-siw/siw.ko"
+	;;
+esac
+
+# --- accelerator: a real probe, cached per kernel and host ---
+kvm_ok() {
+	[ -e /dev/kvm ] || return 1
+	local key cache out
+	key=$(hash_of "$(uname -r)" "$kernel" "$(stat -c %Y "$root$kernel" 2>/dev/null || stat -c %Y "$kernel")")
+	cache="$RSIW_CACHE/kvm-probe-$key"
+	if [ ! -f "$cache" ]; then
+		log "probing KVM: booting the kernel under -accel kvm for up to 40 s"
+		out=$(timeout 40 chroot "$root" qemu-system-x86_64 -accel kvm -cpu host -M q35 -m 256 \
+			-nographic -no-reboot -kernel "$kernel" \
+			-append "console=ttyS0 panic=-1 init=/nonexistent" 2>&1 | tr -d '\r' | tail -n 200) || true
+		if printf '%s' "$out" | grep -q 'No working init found\|Run /nonexistent\|Kernel panic - not syncing: VFS\|Requested init /nonexistent failed'; then
+			echo yes >"$cache"
+		else
+			echo no >"$cache"
+			printf '%s\n' "$out" | grep -m3 -i 'msr\|kvm\|emulation\|error' | sed 's/^/    kvm probe: /' >&2 || true
+		fi
+	fi
+	[ "$(cat "$cache")" = yes ]
+}
+accel=(--disable-kvm)
+case "${RSIW_KVM:-auto}" in
+1) accel=() ;;
+0) ;;
+*) if kvm_ok; then accel=(); fi ;;
+esac
+if [ ${#accel[@]} -eq 0 ]; then
+	log "vm ($flavour): KVM"
+else
+	log "vm ($flavour): TCG (software emulation; KVM unusable or disabled here)"
+fi
+
+# --- the run directory, shared with the guest ---
+run=$(mktemp -d "$RSIW_CACHE/run.XXXXXX")
+trap 'rm -rf "$run"' EXIT
+{
+	echo "#!/bin/bash"
+	printf 'export RSIW_KO=%q RSIW_SIW_KO=%q RSIW_KERNEL=%q RSIW_RUN_DIR=%q\n' \
+		"$ko" "$siw_ko" "$flavour" "$run"
+	printf 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n'
+	printf 'cd %q || exit 97\n' "$RSIW_TOP"
+	printf '%q ' "$@"
+	echo
+	echo 'rc=$?'
+	printf 'echo "$rc" > %q\n' "$run/status"
+	echo 'exit $rc'
+} >"$run/cmd.sh"
+chmod +x "$run/cmd.sh"
+
+log "vm ($flavour): booting $(basename "$kernel"), running: $*"
+rc=0
+set +e +o pipefail
+# The console log holds everything; stdout shows the command's output (kernel lines,
+# which carry a [seconds] prefix, go only to the log).
+timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c '
+	set -e
+	root=$1 top=$2 cache=$3
+	shift 3
+	mount -t proc proc "$root/proc"
+	mount --rbind /sys "$root/sys"
+	mount --rbind /dev "$root/dev"
+	mount -t tmpfs tmpfs "$root/tmp"
+	mount -t tmpfs tmpfs "$root/run"
+	mkdir -p "$root$top" "$root$cache"
+	mount --bind "$top" "$root$top"
+	mount --bind "$cache" "$root$cache"
+	exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+		PATH=/opt/vng/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
+	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus 2 --user root \
+	--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
+	--append "panic_on_warn=0 panic=-1 oops=panic" \
+	--exec "$run/cmd.sh" </dev/null 2>&1 | tr -d '\r' | tee "$run/console.log" |
+	grep --line-buffered -vE '^\[ *[0-9]+\.[0-9]+\]'
+status=${PIPESTATUS[0]}
+set -e -o pipefail
+
+if [ -f "$run/status" ]; then
+	rc=$(cat "$run/status")
+	if grep -q 'Kernel panic\|BUG: \|KASAN\|Oops' "$run/console.log"; then
+		log "vm ($flavour): the guest kernel reported a problem:"
+		grep -m 20 -A 15 'Kernel panic\|BUG: \|KASAN\|Oops' "$run/console.log" >&2
+		[ "$rc" != 0 ] || rc=98
+	fi
+	log "vm ($flavour): command exited with $rc"
+	exit "$rc"
+fi
+if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+	log "vm ($flavour): TIMEOUT after ${timeout_s}s; last guest console lines:"
+else
+	log "vm ($flavour): the guest did not finish the command (vng exit $status); last guest console lines:"
+fi
+tail -n 60 "$run/console.log" >&2
+exit 99
