@@ -6,4 +6,6 @@
 //! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or
 //! the host test harness, moves the bytes. No kernel calls, no allocation, no `unsafe`.
 
+pub mod mpa_rx;
+pub mod mpa_tx;
 pub mod stream;

@@ -10,6 +10,10 @@
 /// (RFC 5044 §6, RFC 3385).
 pub const CRC32C_RESIDUE: u32 = 0x4867_4BC7;
 
+/// The initial running value (all ones), the same as [`Crc32c::SEED`], for code that lets
+/// a stream or sink fold octets and holds no [`Crc32c`] implementation itself.
+pub const CRC32C_SEED: u32 = 0xFFFF_FFFF;
+
 /// An implementation of the CRC32c update function (Castagnoli polynomial, reflected
 /// 0x82F63B78).
 ///
@@ -19,7 +23,7 @@ pub const CRC32C_RESIDUE: u32 = 0x4867_4BC7;
 /// carries the finished value least significant octet first (RFC 5044 §4.1 Figure 2).
 pub trait Crc32c {
     /// Initial running value (all ones).
-    const SEED: u32 = 0xFFFF_FFFF;
+    const SEED: u32 = CRC32C_SEED;
 
     /// Folds `data` into the running value `crc` and returns the new running value.
     fn update(&self, crc: u32, data: &[u8]) -> u32;

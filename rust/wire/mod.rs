@@ -6,3 +6,6 @@
 //! compiled into `rsiw.ko` and into the host crate `userspace/core`.
 
 pub mod crc;
+pub mod fpdu;
+pub mod marker;
+pub mod mpa;
