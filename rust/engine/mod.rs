@@ -8,4 +8,5 @@
 
 pub mod mpa_rx;
 pub mod mpa_tx;
+pub mod startup;
 pub mod stream;

@@ -1,0 +1,953 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! MPA startup negotiation for the Initiator and the Responder (RFC 5044 §7.1, RFC 6581
+//! §5–§10, optionally the seed-003 draft "Rtr frame" mode, RFC 5044 Appendix C for Rev 0
+//! peers).
+//!
+//! Sans-IO: the shell feeds received octets with [`Startup::feed`] (a slice) or
+//! [`Startup::receive`] (an [`RxStream`]); any segmentation gives the same result. The
+//! engine consumes only the octets of startup frames, so whatever follows (the first FPDUs)
+//! stays for the RX deframer. Frames to send are read with [`Startup::tx_pending`] and
+//! acknowledged with [`Startup::tx_advance`]. [`Startup::status`] says what to do next.
+//!
+//! Outcomes:
+//! - [`Status::Established`]: enter Full Operation with [`Startup::negotiated`]. The
+//!   markers of each direction start at the first octet after that direction's last startup
+//!   frame. See [`SendGate`] for who may send the first FPDU.
+//! - [`Status::Rejected`]: an R=1 Reply was sent or received; exit MPA and leave TCP open
+//!   (RFC 5044 §7.1.2 rules 2, 3).
+//! - [`Status::Failed`] with [`Action::Close`]: close TCP now (MPA error 4, invalid frame,
+//!   or 1, peer closed).
+//! - [`Status::Failed`] with [`Action::Terminate`]: the Initiator could not accept the
+//!   RFC 6581 negotiation (error 6 or 7). Enter Full Operation with
+//!   [`Startup::negotiated`], send TERMINATE Layer 2 / EType 0 / code as the first FPDU
+//!   (instead of the RTR), then close (RFC 6581 §9.1, §9.2).
+//!
+//! Memory: a [`Startup`] holds fixed buffers of about 2.6 KiB; keep it in the connection
+//! object, not on a kernel stack.
+
+use super::mpa_rx::RxConfig;
+use super::mpa_tx::TxConfig;
+use super::stream::RxStream;
+use crate::wire::marker::FpduPtrBase;
+use crate::wire::mpa::{
+    Enhanced, FrameKind, MpaErrorCode, ParseError, Repr, RtrSet, RtrType, Variant, ENHANCED_LEN,
+    FRAME_MAX, HEADER_LEN, IRD_ORD_NO_NEGOTIATION, KEY_LEN, PD_MAX,
+};
+
+/// Which startup protocol this endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// RFC 5044: Rev 1, no enhanced block. As Responder accepts Rev 1 only.
+    Basic,
+    /// RFC 6581: Initiator sends Rev 2 with the enhanced block; Responder accepts Rev 1 and
+    /// Rev 2 and answers in kind (§10).
+    Enhanced(EnhancedConfig),
+    /// Seed-003 draft (2007): Rev 1; S means "Rtr frame". `rtr`: as Initiator, promise an
+    /// Rtr frame (S=1 in the Request); as Responder, support it.
+    DraftRtr {
+        /// Use (Initiator) or support (Responder) the Rtr frame.
+        rtr: bool,
+    },
+}
+
+/// Local resources and wishes for RFC 6581 negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnhancedConfig {
+    /// Local IRD: inbound RDMA Read Requests this endpoint can hold (14 bits;
+    /// `0x3FFF` = leave IRD to the ULP, no automatic negotiation).
+    pub ird: u16,
+    /// Local ORD: outbound RDMA Reads wanted (14 bits; `0x3FFF` = no automatic negotiation).
+    pub ord: u16,
+    /// Initiator: request the peer-to-peer model (A=1). Ignored by a Responder, which
+    /// mirrors the Request (§9.2).
+    pub p2p: bool,
+    /// Initiator: RTR types it can send. Responder: RTR types it accepts (must not be
+    /// empty, §9.2).
+    pub rtr: RtrSet,
+}
+
+/// Per-connection startup configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Protocol mode.
+    pub mode: Mode,
+    /// C bit: ask for CRCs (they are then on in both directions, §7.1.1).
+    pub crc: bool,
+    /// M bit: require markers in the FPDUs the peer sends.
+    pub markers: bool,
+    /// Accept Rev 0 (RDMAC) peers: DDP/RDMAP version 0, markers and CRC in both directions,
+    /// seed FPDUPTR convention (RFC 5044 Appendix C "permissive IETF RNIC").
+    pub permissive_rev0: bool,
+}
+
+/// The role in MPA startup (RFC 5044 §7.1: the Initiator sends the Request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Sends the Request, receives the Reply.
+    Initiator,
+    /// Receives the Request, sends the Reply.
+    Responder,
+}
+
+/// What the shell does with the connection after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Close the TCP connection now (RFC 5044 §8 code 4, or code 1).
+    Close,
+    /// Send TERMINATE (Layer 2, EType 0, the code) as the first FPDU using
+    /// [`Startup::negotiated`], then close (RFC 6581 §9).
+    Terminate,
+}
+
+/// The detailed cause of a [`StartupError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The frame did not parse.
+    Parse(ParseError),
+    /// A frame of the wrong kind arrived (e.g. a Request at the Initiator: an
+    /// Initiator/Initiator startup, §7.1.2 rule 8).
+    UnexpectedFrame(FrameKind),
+    /// The peer's Rev cannot interoperate (the value received).
+    RevUnsupported(u8),
+    /// The draft Reply set S although the Request did not promise an Rtr frame.
+    RtrNotRequested,
+    /// Octets arrived while no frame was expected (e.g. after the Request, before the
+    /// Reply was sent).
+    UnexpectedData,
+    /// The peer closed in the middle of a startup frame (PD_Length not matched).
+    Truncated,
+    /// The peer closed before sending a frame.
+    PeerClosed,
+    /// The Responder's ORD exceeds this Initiator's IRD (RFC 6581 §9.1).
+    InsufficientIrd {
+        /// Responder ORD received.
+        responder_ord: u16,
+        /// Local IRD.
+        local_ird: u16,
+    },
+    /// No RTR type both sides support, or the Responder refused the peer-to-peer model.
+    NoMatchingRtr,
+}
+
+/// A startup failure: the MPA error code, what to do, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartupError {
+    /// MPA error code (RFC 5044 §8, RFC 6581 §8).
+    pub code: MpaErrorCode,
+    /// Close now, or TERMINATE then close.
+    pub action: Action,
+    /// Detail.
+    pub reason: Reason,
+}
+
+impl StartupError {
+    const fn close(reason: Reason) -> Self {
+        StartupError {
+            code: MpaErrorCode::InvalidStartup,
+            action: Action::Close,
+            reason,
+        }
+    }
+}
+
+/// Misuse of the API (not a protocol event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiError {
+    /// The call does not fit the current [`Status`].
+    WrongState,
+    /// Private Data exceeds 512 octets (508 with the enhanced block).
+    PdTooLong,
+    /// The configuration cannot be used (e.g. an enhanced Responder with no RTR type).
+    BadConfig,
+}
+
+/// Where the engine is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Initiator: waiting for the Reply.
+    AwaitingReply,
+    /// Responder: waiting for the Request.
+    AwaitingRequest,
+    /// Responder: a valid Request arrived; the ULP inspects [`Startup::peer`] and calls
+    /// [`Startup::accept`] or [`Startup::reject`].
+    RequestReceived,
+    /// Draft Responder: accepting Reply with S=1 sent, waiting for the Rtr frame.
+    AwaitingRtr,
+    /// Full Operation may begin; see [`Startup::negotiated`]. Send [`Startup::tx_pending`]
+    /// first (the Reply, or the draft Rtr frame): this direction's Full Operation stream,
+    /// and so its marker phase, starts right after it.
+    Established,
+    /// Connection rejected (R=1 sent or received): exit MPA, TCP stays open.
+    Rejected,
+    /// Failed; see the error's [`Action`].
+    Failed(StartupError),
+}
+
+/// Private Data in a fixed buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PrivateData {
+    buf: [u8; PD_MAX],
+    len: u16,
+}
+
+impl PrivateData {
+    /// No Private Data.
+    pub const EMPTY: PrivateData = PrivateData {
+        buf: [0; PD_MAX],
+        len: 0,
+    };
+
+    fn from_slice(data: &[u8]) -> Self {
+        let mut pd = Self::EMPTY;
+        let n = data.len().min(PD_MAX);
+        if let (Some(dst), Some(src)) = (pd.buf.get_mut(..n), data.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        // n <= 512.
+        pd.len = n as u16;
+        pd
+    }
+
+    /// The Private Data octets.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+
+    /// Length (octets).
+    pub const fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether there is none.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl core::fmt::Debug for PrivateData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PrivateData")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// The peer's startup frame as the ULP sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerFrame {
+    /// M: the peer requires markers from us.
+    pub markers: bool,
+    /// C: the peer asks for CRCs.
+    pub crc: bool,
+    /// R: the peer rejected (Reply only).
+    pub reject: bool,
+    /// Rev.
+    pub rev: u8,
+    /// The RFC 6581 block, passed to the ULP as §9.1 requires (also for a reject).
+    pub enhanced: Option<Enhanced>,
+    /// Draft S bit.
+    pub rtr_flag: bool,
+    /// The ULP's Private Data (after any enhanced block).
+    pub private_data: PrivateData,
+}
+
+/// Who may send the first FPDU (RFC 5044 §7.1.2 rule 4, RFC 6581 §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendGate {
+    /// Send FPDUs at will.
+    Free,
+    /// Responder: send nothing (no FPDU, no marker) before one FPDU was received and
+    /// validated.
+    AfterFirstRxFpdu,
+    /// Initiator in the peer-to-peer model: the first FPDU must be this zero-length RTR
+    /// operation; nothing may precede it.
+    RtrFirst(RtrType),
+}
+
+/// IRD and ORD after RFC 6581 §9.1 negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IrdOrd {
+    /// Local IRD to configure (`0x3FFF` if the ULP manages it).
+    pub ird: u16,
+    /// Local ORD to configure (`0x3FFF` if the ULP manages it).
+    pub ord: u16,
+    /// The peer's IRD as received (for the ULP).
+    pub peer_ird: u16,
+    /// The peer's ORD as received (for the ULP).
+    pub peer_ord: u16,
+}
+
+/// The result of a successful (or TERMINATE-bound) negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Our role.
+    pub role: Role,
+    /// MPA revision in use: 0 (RDMAC), 1, or 2.
+    pub rev: u8,
+    /// CRCs generated and checked, both directions.
+    pub crc: bool,
+    /// We insert markers in what we send (the peer's M).
+    pub markers_tx: bool,
+    /// The peer inserts markers in what it sends (our M).
+    pub markers_rx: bool,
+    /// FPDUPTR convention (seed for Rev 0).
+    pub fpduptr: FpduPtrBase,
+    /// RFC 6581 IRD/ORD, when both sides used the enhanced block.
+    pub ird_ord: Option<IrdOrd>,
+    /// Peer-to-peer model negotiated (RFC 6581 A, or the draft Rtr frame).
+    pub p2p: bool,
+    /// RFC 6581 RTR type: the one the Initiator sends first. `None` without P2P, in draft
+    /// mode, or when no type matched (then the Initiator terminates with error 7).
+    pub rtr: Option<RtrType>,
+    /// Draft mode: an Rtr frame was (Initiator) or will have been (Responder) exchanged.
+    pub draft_rtr_frame: bool,
+    /// Who may send first.
+    pub send_gate: SendGate,
+    /// The peer's ULP Private Data.
+    pub private_data: PrivateData,
+}
+
+impl Negotiated {
+    /// DDP and RDMAP version for this connection: 0 with a Rev 0 peer, else 1 (RFC 5044
+    /// Appendix C; never mixed).
+    pub const fn ddp_version(&self) -> u8 {
+        if self.rev == 0 {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// TX framer parameters for this connection.
+    pub const fn tx_config(&self, mulpdu: u16) -> TxConfig {
+        TxConfig {
+            markers: self.markers_tx,
+            crc: self.crc,
+            fpduptr: self.fpduptr,
+            mulpdu,
+        }
+    }
+
+    /// RX deframer parameters for this connection.
+    pub const fn rx_config(&self) -> RxConfig {
+        RxConfig {
+            markers: self.markers_rx,
+            crc: self.crc,
+            fpduptr: self.fpduptr,
+        }
+    }
+}
+
+const TX_MAX: usize = FRAME_MAX + HEADER_LEN;
+
+/// The MPA startup state machine for one connection.
+#[derive(Clone)]
+pub struct Startup {
+    cfg: Config,
+    role: Role,
+    status: Status,
+    rx: [u8; FRAME_MAX],
+    rx_len: usize,
+    tx: [u8; TX_MAX],
+    tx_start: usize,
+    tx_end: usize,
+    /// Initiator: what our Request said.
+    sent_rev: u8,
+    peer: Option<PeerFrame>,
+    negotiated: Option<Negotiated>,
+}
+
+impl core::fmt::Debug for Startup {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Startup")
+            .field("role", &self.role)
+            .field("status", &self.status)
+            .field("rx_len", &self.rx_len)
+            .field("tx_pending", &(self.tx_end - self.tx_start))
+            .finish()
+    }
+}
+
+const fn min_ird_ord(a: u16, b: u16) -> u16 {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+impl Startup {
+    fn blank(cfg: Config, role: Role, status: Status) -> Self {
+        Startup {
+            cfg,
+            role,
+            status,
+            rx: [0; FRAME_MAX],
+            rx_len: 0,
+            tx: [0; TX_MAX],
+            tx_start: 0,
+            tx_end: 0,
+            sent_rev: 0,
+            peer: None,
+            negotiated: None,
+        }
+    }
+
+    const fn variant(&self) -> Variant {
+        match self.cfg.mode {
+            Mode::DraftRtr { .. } => Variant::DraftRtr,
+            _ => Variant::Rfc,
+        }
+    }
+
+    /// Starts an Initiator: queues the Request carrying `private_data` (RFC 5044 §7.1.2
+    /// rule 1).
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError::PdTooLong`] if `private_data` exceeds 512 octets (508 in enhanced mode).
+    pub fn initiator(cfg: Config, private_data: &[u8]) -> Result<Self, ApiError> {
+        let mut s = Self::blank(cfg, Role::Initiator, Status::AwaitingReply);
+        let (rev, enhanced, rtr_flag) = match cfg.mode {
+            Mode::Basic => (1, None, false),
+            Mode::Enhanced(e) => {
+                let rtr = if e.p2p { e.rtr } else { RtrSet::NONE };
+                (
+                    2,
+                    Some(Enhanced {
+                        p2p: e.p2p,
+                        rtr,
+                        ird: e.ird,
+                        ord: e.ord,
+                    }),
+                    false,
+                )
+            }
+            Mode::DraftRtr { rtr } => (1, None, rtr),
+        };
+        s.sent_rev = rev;
+        let repr = Repr {
+            kind: FrameKind::Request,
+            markers: cfg.markers,
+            crc: cfg.crc,
+            reject: false,
+            rev,
+            enhanced,
+            rtr_flag,
+            private_data,
+        };
+        s.queue(&repr)?;
+        Ok(s)
+    }
+
+    /// Starts a Responder waiting for the Request.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError::BadConfig`] for an enhanced configuration without any RTR type.
+    pub fn responder(cfg: Config) -> Result<Self, ApiError> {
+        if let Mode::Enhanced(e) = cfg.mode {
+            if e.rtr.is_empty() {
+                return Err(ApiError::BadConfig);
+            }
+        }
+        Ok(Self::blank(cfg, Role::Responder, Status::AwaitingRequest))
+    }
+
+    fn queue(&mut self, repr: &Repr<'_>) -> Result<(), ApiError> {
+        if repr.buffer_len() > FRAME_MAX {
+            return Err(ApiError::PdTooLong);
+        }
+        // Compact so that the frame fits behind what is still unsent.
+        self.tx.copy_within(self.tx_start..self.tx_end, 0);
+        self.tx_end -= self.tx_start;
+        self.tx_start = 0;
+        let room = self.tx.get_mut(self.tx_end..).unwrap_or(&mut []);
+        let n = repr.emit(room).map_err(|_| ApiError::PdTooLong)?;
+        self.tx_end += n;
+        Ok(())
+    }
+
+    /// Our role.
+    pub const fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Current status.
+    pub const fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The peer's frame, once received (Request at the Responder, Reply at the Initiator).
+    pub const fn peer(&self) -> Option<&PeerFrame> {
+        self.peer.as_ref()
+    }
+
+    /// The negotiation result: set in [`Status::Established`], and in [`Status::Failed`]
+    /// with [`Action::Terminate`] (to frame the TERMINATE).
+    pub const fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.as_ref()
+    }
+
+    /// Octets queued for sending (startup frames), in order.
+    pub fn tx_pending(&self) -> &[u8] {
+        self.tx.get(self.tx_start..self.tx_end).unwrap_or(&[])
+    }
+
+    /// Marks `n` octets of [`Startup::tx_pending`] as sent.
+    pub fn tx_advance(&mut self, n: usize) {
+        self.tx_start = self.tx_start.saturating_add(n).min(self.tx_end);
+        if self.tx_start == self.tx_end {
+            self.tx_start = 0;
+            self.tx_end = 0;
+        }
+    }
+
+    /// Octets the engine wants to complete the current frame (0 when it expects none).
+    fn wanted(&self) -> usize {
+        match self.status {
+            Status::AwaitingReply | Status::AwaitingRequest | Status::AwaitingRtr => {}
+            _ => return 0,
+        }
+        if self.rx_len < HEADER_LEN {
+            HEADER_LEN - self.rx_len
+        } else {
+            let pd = u16::from_be_bytes([self.rx[18], self.rx[19]]);
+            (HEADER_LEN + usize::from(pd)).saturating_sub(self.rx_len)
+        }
+    }
+
+    fn fail(&mut self, e: StartupError) -> Result<(), StartupError> {
+        self.status = Status::Failed(e);
+        Err(e)
+    }
+
+    /// Feeds received octets; returns how many were consumed. Octets after the last
+    /// startup frame are not consumed: in [`Status::Established`] hand them to the RX
+    /// deframer; in [`Status::Rejected`] they belong to the ULP.
+    ///
+    /// # Errors
+    ///
+    /// The [`StartupError`] that put the engine in [`Status::Failed`] (returned again on
+    /// every later call).
+    pub fn feed(&mut self, data: &[u8]) -> Result<usize, StartupError> {
+        let mut used = 0;
+        loop {
+            if let Status::Failed(e) = self.status {
+                return Err(e);
+            }
+            let rest = data.get(used..).unwrap_or(&[]);
+            if rest.is_empty() {
+                return Ok(used);
+            }
+            if self.status == Status::RequestReceived {
+                self.fail(StartupError::close(Reason::UnexpectedData))?;
+            }
+            let n = rest.len().min(self.wanted());
+            if n == 0 {
+                return Ok(used);
+            }
+            let (src, dst) = (rest.get(..n), self.rx.get_mut(self.rx_len..self.rx_len + n));
+            if let (Some(src), Some(dst)) = (src, dst) {
+                dst.copy_from_slice(src);
+            }
+            self.rx_len += n;
+            used += n;
+            self.input()?;
+        }
+    }
+
+    /// Like [`Startup::feed`], consuming from an [`RxStream`] (only startup frame octets).
+    ///
+    /// # Errors
+    ///
+    /// As [`Startup::feed`].
+    pub fn receive<S: RxStream>(&mut self, raw: &mut S) -> Result<(), StartupError> {
+        loop {
+            if let Status::Failed(e) = self.status {
+                return Err(e);
+            }
+            let avail = raw.available();
+            if avail == 0 {
+                return Ok(());
+            }
+            if self.status == Status::RequestReceived {
+                self.fail(StartupError::close(Reason::UnexpectedData))?;
+            }
+            let n = avail.min(self.wanted());
+            if n == 0 {
+                return Ok(());
+            }
+            if let Some(dst) = self.rx.get_mut(self.rx_len..self.rx_len + n) {
+                raw.take(dst, None);
+            }
+            self.rx_len += n;
+            self.input()?;
+        }
+    }
+
+    /// The peer closed the connection (FIN/RST) during startup: MPA error 1, or 4 if it
+    /// left a frame incomplete. Returns the error and enters [`Status::Failed`] unless
+    /// startup already ended.
+    pub fn peer_closed(&mut self) -> StartupError {
+        if let Status::Failed(e) = self.status {
+            return e;
+        }
+        let e = if self.wanted() > 0 && self.rx_len > 0 {
+            StartupError::close(Reason::Truncated)
+        } else {
+            StartupError {
+                code: MpaErrorCode::TcpClosed,
+                action: Action::Close,
+                reason: Reason::PeerClosed,
+            }
+        };
+        if self.wanted() > 0 || self.status == Status::RequestReceived {
+            self.status = Status::Failed(e);
+        }
+        e
+    }
+
+    /// Validates as soon as the header is complete, handles complete frames.
+    fn input(&mut self) -> Result<(), StartupError> {
+        if self.rx_len == HEADER_LEN {
+            let key = self.rx.get(..KEY_LEN).unwrap_or(&[]);
+            if FrameKind::from_key(key, self.variant()).is_none() {
+                return self.fail(StartupError::close(Reason::Parse(ParseError::BadKey)));
+            }
+            let pd = u16::from_be_bytes([self.rx[18], self.rx[19]]);
+            if usize::from(pd) > PD_MAX {
+                return self.fail(StartupError::close(Reason::Parse(ParseError::PdTooLong(
+                    pd,
+                ))));
+            }
+        }
+        if self.rx_len < HEADER_LEN || self.wanted() > 0 {
+            return Ok(());
+        }
+        let len = self.rx_len;
+        self.rx_len = 0;
+        let frame = self.rx;
+        let repr = match Repr::parse(frame.get(..len).unwrap_or(&[]), self.variant()) {
+            Ok(r) => r,
+            Err(e) => return self.fail(StartupError::close(Reason::Parse(e))),
+        };
+        let r = match self.status {
+            Status::AwaitingRequest => self.on_request(&repr),
+            Status::AwaitingReply => self.on_reply(&repr),
+            Status::AwaitingRtr => self.on_rtr(&repr),
+            _ => Ok(()),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn peer_frame(repr: &Repr<'_>) -> PeerFrame {
+        PeerFrame {
+            markers: repr.markers,
+            crc: repr.crc,
+            reject: repr.reject,
+            rev: repr.rev,
+            enhanced: repr.enhanced,
+            rtr_flag: repr.rtr_flag,
+            private_data: PrivateData::from_slice(repr.private_data),
+        }
+    }
+
+    /// Highest Rev this endpoint accepts from a peer.
+    const fn max_rev(&self) -> u8 {
+        match self.cfg.mode {
+            Mode::Enhanced(_) => 2,
+            _ => 1,
+        }
+    }
+
+    fn check_rev(&self, rev: u8) -> Result<(), StartupError> {
+        let ok = match rev {
+            0 => self.cfg.permissive_rev0,
+            r => r <= self.max_rev(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(StartupError::close(Reason::RevUnsupported(rev)))
+        }
+    }
+
+    fn on_request(&mut self, repr: &Repr<'_>) -> Result<(), StartupError> {
+        if repr.kind != FrameKind::Request {
+            return Err(StartupError::close(Reason::UnexpectedFrame(repr.kind)));
+        }
+        self.check_rev(repr.rev)?;
+        self.peer = Some(Self::peer_frame(repr));
+        self.status = Status::RequestReceived;
+        Ok(())
+    }
+
+    fn base_negotiated(&self, peer: &PeerFrame) -> Negotiated {
+        let rev0 = peer.rev == 0;
+        let rev = if self.role == Role::Initiator {
+            self.sent_rev.min(peer.rev)
+        } else {
+            peer.rev
+        };
+        Negotiated {
+            role: self.role,
+            rev,
+            crc: rev0 || self.cfg.crc || peer.crc,
+            markers_tx: rev0 || peer.markers,
+            markers_rx: rev0 || self.cfg.markers,
+            fpduptr: if rev0 {
+                FpduPtrBase::FpduStart
+            } else {
+                FpduPtrBase::UlpduLength
+            },
+            ird_ord: None,
+            p2p: false,
+            rtr: None,
+            draft_rtr_frame: false,
+            send_gate: match self.role {
+                Role::Initiator => SendGate::Free,
+                Role::Responder => SendGate::AfterFirstRxFpdu,
+            },
+            private_data: peer.private_data,
+        }
+    }
+
+    /// Responder: accepts the Request, queues the Reply carrying `private_data`, and
+    /// completes the negotiation (RFC 5044 §7.1.2 rule 2; RFC 6581 §9 for an enhanced
+    /// Request: IRD/ORD per §9.1, RTR choice per §9.2, preferring Write, Read, Send).
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError::WrongState`] unless in [`Status::RequestReceived`];
+    /// [`ApiError::PdTooLong`] if the Reply would carry more than 512 octets.
+    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), ApiError> {
+        let peer = match (self.status, self.peer) {
+            (Status::RequestReceived, Some(p)) => p,
+            _ => return Err(ApiError::WrongState),
+        };
+        let mut neg = self.base_negotiated(&peer);
+        let mut reply_enh = None;
+        if let (Some(req), Mode::Enhanced(local)) = (peer.enhanced, self.cfg.mode) {
+            let mut rtr = None;
+            let mut offer = RtrSet::NONE;
+            if req.p2p {
+                rtr = req.rtr.intersect(local.rtr).preferred();
+                // Advertise the chosen type; with no match, advertise ours (§9.2).
+                offer = match rtr {
+                    Some(t) => RtrSet::only(t),
+                    None => local.rtr,
+                };
+            }
+            let no = IRD_ORD_NO_NEGOTIATION;
+            let (ird, reply_ird) = if req.ord == no || local.ird == no {
+                (local.ird, no)
+            } else {
+                // Enough for the Initiator's ORD (and 1 for a Read RTR), within our means.
+                let need = if rtr == Some(RtrType::Read) && req.ord == 0 {
+                    1
+                } else {
+                    req.ord
+                };
+                let v = min_ird_ord(local.ird, need);
+                (v, v)
+            };
+            let (ord, reply_ord) = if req.ird == no || local.ord == no {
+                (local.ord, no)
+            } else {
+                let v = min_ird_ord(local.ord, req.ird);
+                (v, v)
+            };
+            neg.ird_ord = Some(IrdOrd {
+                ird,
+                ord,
+                peer_ird: req.ird,
+                peer_ord: req.ord,
+            });
+            neg.p2p = req.p2p;
+            neg.rtr = rtr;
+            reply_enh = Some(Enhanced {
+                p2p: req.p2p,
+                rtr: offer,
+                ird: reply_ird,
+                ord: reply_ord,
+            });
+        }
+        let draft_rtr = matches!(self.cfg.mode, Mode::DraftRtr { rtr: true }) && peer.rtr_flag;
+        if draft_rtr {
+            neg.p2p = true;
+            neg.draft_rtr_frame = true;
+            neg.send_gate = SendGate::Free;
+        }
+        let repr = Repr {
+            kind: FrameKind::Reply,
+            markers: neg.markers_rx,
+            crc: self.cfg.crc || peer.rev == 0,
+            reject: false,
+            rev: peer.rev,
+            enhanced: reply_enh,
+            rtr_flag: draft_rtr,
+            private_data,
+        };
+        self.queue(&repr)?;
+        self.negotiated = Some(neg);
+        self.status = if draft_rtr {
+            Status::AwaitingRtr
+        } else {
+            Status::Established
+        };
+        Ok(())
+    }
+
+    /// Responder: rejects the Request with an R=1 Reply carrying `private_data`; MPA exits,
+    /// TCP stays open (RFC 5044 §7.1.2 rule 2). An enhanced Request gets an enhanced
+    /// Reply carrying the local IRD/ORD (RFC 6581 §9.1, e.g. the ORD the ULP requires).
+    ///
+    /// # Errors
+    ///
+    /// As [`Startup::accept`].
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), ApiError> {
+        let peer = match (self.status, self.peer) {
+            (Status::RequestReceived, Some(p)) => p,
+            _ => return Err(ApiError::WrongState),
+        };
+        let enhanced = match (peer.enhanced, self.cfg.mode) {
+            (Some(req), Mode::Enhanced(local)) => Some(Enhanced {
+                p2p: req.p2p,
+                rtr: if req.p2p { local.rtr } else { RtrSet::NONE },
+                ird: local.ird,
+                ord: local.ord,
+            }),
+            _ => None,
+        };
+        let repr = Repr {
+            kind: FrameKind::Reply,
+            markers: self.cfg.markers,
+            crc: self.cfg.crc,
+            reject: true,
+            rev: peer.rev,
+            enhanced,
+            rtr_flag: false,
+            private_data,
+        };
+        self.queue(&repr)?;
+        self.status = Status::Rejected;
+        Ok(())
+    }
+
+    fn on_reply(&mut self, repr: &Repr<'_>) -> Result<(), StartupError> {
+        if repr.kind != FrameKind::Reply {
+            return Err(StartupError::close(Reason::UnexpectedFrame(repr.kind)));
+        }
+        self.check_rev(repr.rev)?;
+        if repr.rev > self.sent_rev {
+            return Err(StartupError::close(Reason::RevUnsupported(repr.rev)));
+        }
+        let requested_rtr = matches!(self.cfg.mode, Mode::DraftRtr { rtr: true });
+        if repr.rtr_flag && !requested_rtr && !repr.reject {
+            return Err(StartupError::close(Reason::RtrNotRequested));
+        }
+        let peer = Self::peer_frame(repr);
+        self.peer = Some(peer);
+        if repr.reject {
+            self.status = Status::Rejected;
+            return Ok(());
+        }
+        let mut neg = self.base_negotiated(&peer);
+        let mut err = None;
+        if let Mode::Enhanced(local) = self.cfg.mode {
+            match peer.enhanced {
+                Some(rep) if peer.rev != 0 => {
+                    let no = IRD_ORD_NO_NEGOTIATION;
+                    let ord = if rep.ird == no || local.ord == no {
+                        local.ord
+                    } else {
+                        min_ird_ord(local.ord, rep.ird)
+                    };
+                    let ird = local.ird;
+                    if rep.ord != no && local.ird != no && rep.ord > local.ird {
+                        err = Some((
+                            MpaErrorCode::InsufficientIrd,
+                            Reason::InsufficientIrd {
+                                responder_ord: rep.ord,
+                                local_ird: local.ird,
+                            },
+                        ));
+                    }
+                    neg.ird_ord = Some(IrdOrd {
+                        ird,
+                        ord,
+                        peer_ird: rep.ird,
+                        peer_ord: rep.ord,
+                    });
+                    if local.p2p {
+                        neg.p2p = true;
+                        neg.rtr = if rep.p2p {
+                            rep.rtr.intersect(local.rtr).preferred()
+                        } else {
+                            None
+                        };
+                        match neg.rtr {
+                            Some(t) => neg.send_gate = SendGate::RtrFirst(t),
+                            None if err.is_none() => {
+                                err = Some((MpaErrorCode::NoMatchingRtr, Reason::NoMatchingRtr))
+                            }
+                            None => {}
+                        }
+                    }
+                }
+                // An unenhanced Reply (Rev 1 or Rev 0 peer): the ULP handles IRD/ORD; the
+                // peer-to-peer model cannot be honoured.
+                _ => {
+                    if local.p2p {
+                        err = Some((MpaErrorCode::NoMatchingRtr, Reason::NoMatchingRtr));
+                    }
+                }
+            }
+        }
+        if repr.rtr_flag && requested_rtr {
+            let rtr = Repr {
+                kind: FrameKind::Rtr,
+                markers: false,
+                crc: neg.crc,
+                reject: false,
+                rev: self.sent_rev,
+                enhanced: None,
+                rtr_flag: false,
+                private_data: &[],
+            };
+            // An empty Rtr frame always fits behind the Request.
+            let _ = self.queue(&rtr);
+            neg.p2p = true;
+            neg.draft_rtr_frame = true;
+        }
+        self.negotiated = Some(neg);
+        match err {
+            Some((code, reason)) => Err(StartupError {
+                code,
+                action: Action::Terminate,
+                reason,
+            }),
+            None => {
+                self.status = Status::Established;
+                Ok(())
+            }
+        }
+    }
+
+    fn on_rtr(&mut self, repr: &Repr<'_>) -> Result<(), StartupError> {
+        if repr.kind != FrameKind::Rtr {
+            return Err(StartupError::close(Reason::UnexpectedFrame(repr.kind)));
+        }
+        // The draft defines no Private Data format for the Rtr frame; it is dropped.
+        self.status = Status::Established;
+        Ok(())
+    }
+}
+
+/// Largest ULP Private Data an enhanced frame can carry (octets).
+pub const ENHANCED_PD_MAX: usize = PD_MAX - ENHANCED_LEN;
