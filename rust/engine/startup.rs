@@ -520,6 +520,10 @@ impl Startup {
 
     fn fail(&mut self, e: StartupError) -> Result<(), StartupError> {
         self.status = Status::Failed(e);
+        if e.action == Action::Close {
+            // E.g. a bad draft Rtr frame after the Reply: there is no Full Operation.
+            self.negotiated = None;
+        }
         Err(e)
     }
 
@@ -604,7 +608,7 @@ impl Startup {
             }
         };
         if self.wanted() > 0 || self.status == Status::RequestReceived {
-            self.status = Status::Failed(e);
+            let _ = self.fail(e);
         }
         e
     }

@@ -724,3 +724,27 @@ proptest! {
         }
     }
 }
+
+/// Found by the `mpa_startup` fuzz target: a draft Responder that already accepted (and
+/// computed a negotiation) must not report one after closing on a bad Rtr frame.
+#[test]
+fn draft_bad_rtr_clears_negotiated() {
+    let mut r = Startup::responder(draft(true)).unwrap();
+    r.feed(&request_bytes(FLAG_S, 1, b"")).unwrap();
+    r.accept(b"").unwrap();
+    assert_eq!(r.status(), Status::AwaitingRtr);
+    let mut bad = request_bytes(0, 1, b"");
+    bad[..16].copy_from_slice(b"MPA IDtR Frame..");
+    let e = r.feed(&bad).unwrap_err();
+    assert_eq!(
+        (e.code, e.action),
+        (MpaErrorCode::InvalidStartup, Action::Close)
+    );
+    assert!(r.negotiated().is_none());
+    // A FIN while waiting for the Rtr frame: also no Full Operation.
+    let mut r = Startup::responder(draft(true)).unwrap();
+    r.feed(&request_bytes(FLAG_S, 1, b"")).unwrap();
+    r.accept(b"").unwrap();
+    assert_eq!(r.peer_closed().code, MpaErrorCode::TcpClosed);
+    assert!(r.negotiated().is_none());
+}
