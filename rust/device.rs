@@ -11,7 +11,7 @@ use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
-use kernel::str::CStr;
+use kernel::str::BStr;
 
 /// Vendor ID reported by `query_device`: ASCII "rsw".
 const VENDOR_ID: u32 = 0x0072_7377;
@@ -75,7 +75,7 @@ impl DeviceOps for Device {
         attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
         // Only PDs exist so far: every other object limit is honestly zero until the
         // corresponding verbs are implemented (they fail with -EOPNOTSUPP).
-        attr.max_pd = *crate::module_parameters::max_pd.value() as i32;
+        attr.max_pd = crate::module_parameters::max_pd.value();
         attr.max_qp = 0;
         attr.max_qp_wr = 0;
         attr.max_send_sge = 0;
@@ -85,6 +85,8 @@ impl DeviceOps for Device {
         attr.max_mr = 0;
         attr.max_srq = 0;
         attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
+        // `rdma link del` may remove rsiw devices.
+        attr.kernel_cap_flags = u64::from(b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
         Ok(())
     }
 
@@ -98,9 +100,13 @@ impl DeviceOps for Device {
         attr.active_speed = speed;
         attr.active_width = width;
         attr.gid_tbl_len = 1;
-        attr.pkey_tbl_len = 1;
+
         attr.max_msg_sz = u32::MAX;
-        attr.max_mtu = ib_mtu(ndev.max_mtu());
+        // A max_mtu of 0 means the netdev sets no limit (dummy, for example).
+        attr.max_mtu = match ndev.max_mtu() {
+            0 => b::ib_mtu_IB_MTU_4096,
+            m => ib_mtu(m),
+        };
         attr.active_mtu = ib_mtu(ndev.mtu());
         let active = ndev.is_active();
         attr.state = if active {
@@ -132,13 +138,13 @@ impl DeviceOps for Device {
             return Err(EINVAL);
         }
         imm.gid_tbl_len = 1;
-        imm.pkey_tbl_len = 1;
+
         imm.core_cap_flags = b::RDMA_CORE_PORT_IWARP;
         Ok(())
     }
 
     fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
-        let limit = *crate::module_parameters::max_ucontext.value();
+        let limit = crate::module_parameters::max_ucontext.value();
         if !take_slot(&dev.ucontexts, limit) {
             if crate::sys::ratelimit() {
                 pr_err!("user context limit reached ({limit}); see module parameter max_ucontext\n");
@@ -157,7 +163,7 @@ impl DeviceOps for Device {
     }
 
     fn alloc_pd(dev: &IbDevice<Self>) -> Result {
-        let limit = *crate::module_parameters::max_pd.value();
+        let limit = crate::module_parameters::max_pd.value();
         if !take_slot(&dev.pds, limit) {
             if crate::sys::ratelimit() {
                 pr_err!("protection domain limit reached ({limit}); see module parameter max_pd\n");
@@ -178,7 +184,7 @@ impl DeviceOps for Device {
 pub(crate) struct Link;
 
 impl LinkHandler for Link {
-    const TYPE: &'static CStr = c_str!("rsiw");
+    const TYPE: &'static CStr = c"rsiw";
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         let ifname = BStr::from_bytes(ndev.name());
@@ -199,11 +205,11 @@ impl LinkHandler for Link {
         let mac = ndev.mac().unwrap_or([0; 6]);
         let mut dev = NewDevice::new(
             ndev,
-            try_pin_init!(Device {
+            Device {
                 mac: AtomicU64::new(mac_to_u64(mac)),
                 ucontexts: AtomicU32::new(0),
                 pds: AtomicU32::new(0),
-            }? Error),
+            },
         )?;
         dev.set_identity(eui64(mac), NODE_DESC, 1);
         dev.set_netdev(ndev)?;

@@ -17,7 +17,6 @@ use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::str::CStr;
 use kernel::types::Opaque;
 
 /// The verbs a device type implements; called by the trampolines with safe references.
@@ -159,6 +158,10 @@ impl<T: DeviceOps> IbDevice<T> {
         unsafe { bindings::ib_unregister_device_queued(self.as_raw()) };
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn query_device_c(
         raw: *mut bindings::ib_device,
         attr: *mut bindings::ib_device_attr,
@@ -170,6 +173,10 @@ impl<T: DeviceOps> IbDevice<T> {
         errno(T::query_device(dev, attr))
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn query_port_c(
         raw: *mut bindings::ib_device,
         port: u32,
@@ -182,6 +189,10 @@ impl<T: DeviceOps> IbDevice<T> {
         errno(T::query_port(dev, port, attr))
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn query_gid_c(
         raw: *mut bindings::ib_device,
         port: u32,
@@ -201,6 +212,10 @@ impl<T: DeviceOps> IbDevice<T> {
         }
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn port_immutable_c(
         raw: *mut bindings::ib_device,
         port: u32,
@@ -211,6 +226,10 @@ impl<T: DeviceOps> IbDevice<T> {
         errno(T::port_immutable(dev, port, imm))
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn alloc_ucontext_c(
         uctx: *mut bindings::ib_ucontext,
         udata: *mut bindings::ib_udata,
@@ -221,12 +240,20 @@ impl<T: DeviceOps> IbDevice<T> {
         errno(T::alloc_ucontext(dev, &mut resp))
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn dealloc_ucontext_c(uctx: *mut bindings::ib_ucontext) {
         // SAFETY: as in `alloc_ucontext_c`.
         let dev = unsafe { Self::from_raw((*uctx).device) };
         T::dealloc_ucontext(dev);
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn alloc_pd_c(
         pd: *mut bindings::ib_pd,
         _udata: *mut bindings::ib_udata,
@@ -236,6 +263,10 @@ impl<T: DeviceOps> IbDevice<T> {
         errno(T::alloc_pd(dev))
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn dealloc_pd_c(
         pd: *mut bindings::ib_pd,
         _udata: *mut bindings::ib_udata,
@@ -246,6 +277,10 @@ impl<T: DeviceOps> IbDevice<T> {
         0
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn dealloc_driver_c(raw: *mut bindings::ib_device) {
         let this = raw.cast::<Self>();
         // SAFETY: the core calls `dealloc_driver` exactly once, on a device of this type
@@ -257,6 +292,10 @@ impl<T: DeviceOps> IbDevice<T> {
         unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn iw_connect_c(
         _cm_id: *mut bindings::iw_cm_id,
         _param: *mut bindings::iw_cm_conn_param,
@@ -264,6 +303,10 @@ impl<T: DeviceOps> IbDevice<T> {
         EOPNOTSUPP.to_errno()
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn iw_accept_c(
         _cm_id: *mut bindings::iw_cm_id,
         _param: *mut bindings::iw_cm_conn_param,
@@ -271,6 +314,10 @@ impl<T: DeviceOps> IbDevice<T> {
         EOPNOTSUPP.to_errno()
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn iw_reject_c(
         _cm_id: *mut bindings::iw_cm_id,
         _pdata: *const kernel::ffi::c_void,
@@ -279,6 +326,10 @@ impl<T: DeviceOps> IbDevice<T> {
         EOPNOTSUPP.to_errno()
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn iw_create_listen_c(
         _cm_id: *mut bindings::iw_cm_id,
         _backlog: kernel::ffi::c_int,
@@ -286,6 +337,10 @@ impl<T: DeviceOps> IbDevice<T> {
         EOPNOTSUPP.to_errno()
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
     unsafe extern "C" fn iw_get_qp_c(
         _raw: *mut bindings::ib_device,
         _qpn: kernel::ffi::c_int,
@@ -366,7 +421,10 @@ impl<T: DeviceOps> NewDevice<T> {
     /// # Errors
     ///
     /// `ENOMEM`, or the error of `init`.
-    pub(crate) fn new(ndev: &NetDev, init: impl PinInit<T, Error>) -> Result<Self> {
+    pub(crate) fn new<E>(ndev: &NetDev, init: impl PinInit<T, E>) -> Result<Self>
+    where
+        Error: From<E>,
+    {
         const { assert!(core::mem::align_of::<IbDevice<T>>() <= 8) };
         // SAFETY: the size covers the `ib_device` at offset 0; kzalloc alignment (8)
         // suffices for `IbDevice<T>` (asserted above).
@@ -377,14 +435,14 @@ impl<T: DeviceOps> NewDevice<T> {
         // device never moves); on error `init` leaves it uninitialised.
         let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
         // SAFETY: see above.
-        if let Err(e) = unsafe { init.__pinned_init(slot) } {
+        if let Err(e) = unsafe { init.__init(slot) } {
             // SAFETY: no ops are installed, so no `dealloc_driver` runs on uninit data.
             unsafe { bindings::ib_dealloc_device(raw.as_ptr()) };
-            return Err(e);
+            return Err(Error::from(e));
         }
         // SAFETY: the device is exclusively ours; `OPS` is a promoted `'static` constant.
         unsafe {
-            bindings::ib_set_device_ops(raw.as_ptr(), &Self::ops());
+            bindings::ib_set_device_ops(raw.as_ptr(), Self::ops());
             (*raw.as_ptr()).ops.owner = super::this_module();
         }
         // INVARIANT: allocated, data initialised, ops installed, not registered.
@@ -404,7 +462,7 @@ impl<T: DeviceOps> NewDevice<T> {
     pub(crate) fn set_identity(&mut self, guid: [u8; 8], desc: &[u8], comp_vectors: i32) {
         // SAFETY: the unregistered device is exclusively ours (type invariant).
         let dev = unsafe { &mut *self.raw() };
-        dev.node_type = bindings::rdma_node_type_RDMA_NODE_RNIC as u8;
+        dev.node_type = bindings::RDMA_NODE_RNIC as u8;
         dev.phys_port_cnt = 1;
         dev.num_comp_vectors = comp_vectors;
         dev.node_guid = u64::from_ne_bytes(guid);
@@ -532,9 +590,7 @@ impl Registry {
 
     fn remove(raw: *mut bindings::ib_device) {
         let mut devices = DEVICES.lock();
-        if let Some(i) = devices.iter().position(|d| d.0.as_ptr() == raw) {
-            devices.swap_remove(i);
-        }
+        devices.retain(|d| d.0.as_ptr() != raw);
     }
 
     /// Returns the number of registered rsiw devices.
@@ -551,7 +607,7 @@ impl Drop for Registry {
                 let Some(d) = devices.first().copied() else { break };
                 // SAFETY: entries are live while the lock is held (type invariant); the
                 // reference keeps the memory valid after the lock is dropped.
-                unsafe { bindings::get_device(core::ptr::addr_of_mut!((*d.0.as_ptr()).dev)) };
+                unsafe { bindings::get_device(core::ptr::addr_of_mut!((*d.0.as_ptr()).__bindgen_anon_1.dev)) };
                 d
             };
             // SAFETY: we hold a reference on the device. Unregistration is synchronous and
@@ -560,7 +616,7 @@ impl Drop for Registry {
             unsafe { bindings::ib_unregister_device(next.0.as_ptr()) };
             Self::remove(next.0.as_ptr());
             // SAFETY: balances `get_device` above.
-            unsafe { bindings::put_device(core::ptr::addr_of_mut!((*next.0.as_ptr()).dev)) };
+            unsafe { bindings::put_device(core::ptr::addr_of_mut!((*next.0.as_ptr()).__bindgen_anon_1.dev)) };
         }
         REGISTRY_LIVE.store(false, Ordering::Release);
     }

@@ -6,7 +6,6 @@ use super::bindings;
 use super::netdev::NetDev;
 use core::marker::PhantomData;
 use kernel::prelude::*;
-use kernel::str::CStr;
 use kernel::types::Opaque;
 
 /// Handler of `rdma link add` for one link type.
@@ -59,6 +58,10 @@ impl<T: LinkHandler> LinkRegistration<T> {
         Ok(Self { ops, _t: PhantomData })
     }
 
+    /// # Safety
+    ///
+    /// Called only by the RDMA core as `rdma_link_ops::newlink`, with a NUL-terminated
+    /// name and a live netdev.
     unsafe extern "C" fn newlink(
         name: *const kernel::ffi::c_char,
         ndev: *mut bindings::net_device,

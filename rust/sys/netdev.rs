@@ -186,6 +186,9 @@ impl<T: NetdevEvents> NotifierRegistration<T> {
         Ok(Self { nb, _t: PhantomData })
     }
 
+    /// # Safety
+    ///
+    /// Called only by the netdevice notifier chain with a `netdev_notifier_info`.
     unsafe extern "C" fn call(
         _nb: *mut bindings::notifier_block,
         event: kernel::ffi::c_ulong,
@@ -195,7 +198,7 @@ impl<T: NetdevEvents> NotifierRegistration<T> {
         let ndev = unsafe { bindings::rsiw_notifier_info_to_dev(ptr) };
         if !ndev.is_null() {
             // SAFETY: the notifier chain holds the device for the duration of the call.
-            T::event(unsafe { NetDev::from_raw(ndev) }, u64::from(event));
+            T::event(unsafe { NetDev::from_raw(ndev) }, event as u64);
         }
         bindings::NOTIFY_DONE as kernel::ffi::c_int
     }
