@@ -13,5 +13,5 @@ log "check: build root, debug kernel and module (cached after the first run)"
 
 log "check: guest tests on the debug kernel"
 "$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-2400}" -- \
-	python3 -m pytest -v -p no:cacheprovider -o junit_family=xunit2 tests/guest
+	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest
 log "check: all passed"

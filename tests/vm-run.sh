@@ -55,7 +55,7 @@ kvm_ok() {
 	cache="$RSIW_CACHE/kvm-probe-$key"
 	if [ ! -f "$cache" ]; then
 		log "probing KVM: booting the kernel under -accel kvm for up to 40 s"
-		out=$(timeout 40 chroot "$root" qemu-system-x86_64 -accel kvm -cpu host -M q35 -m 256 \
+		out=$(timeout 40 in_root "$root" qemu-system-x86_64 -accel kvm -cpu host -M q35 -m 256 \
 			-nographic -no-reboot -kernel "$kernel" \
 			-append "console=ttyS0 panic=-1 init=/nonexistent" 2>&1 | tr -d '\r' | tail -n 200) || true
 		if printf '%s' "$out" | grep -q 'No working init found\|Run /nonexistent\|Kernel panic - not syncing: VFS\|Requested init /nonexistent failed'; then
@@ -82,15 +82,19 @@ fi
 # --- the run directory, shared with the guest ---
 run=$(mktemp -d "$RSIW_CACHE/run.XXXXXX")
 trap 'rm -rf "$run"' EXIT
+# The command's output lines carry a "@@ " prefix on the console so that the host can tell
+# them from kernel messages (which also reach the console with --verbose).
 {
 	echo "#!/bin/bash"
 	printf 'export RSIW_KO=%q RSIW_SIW_KO=%q RSIW_KERNEL=%q RSIW_RUN_DIR=%q\n' \
 		"$ko" "$siw_ko" "$flavour" "$run"
 	printf 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n'
+	printf 'export PYTHONUNBUFFERED=1\n'
 	printf 'cd %q || exit 97\n' "$RSIW_TOP"
+	printf '{ '
 	printf '%q ' "$@"
-	echo
-	echo 'rc=$?'
+	printf '; } 2>&1 | sed -u "s/^/@@ /"\n'
+	echo 'rc=${PIPESTATUS[0]}'
 	printf 'echo "$rc" > %q\n' "$run/status"
 	echo 'exit $rc'
 } >"$run/cmd.sh"
@@ -99,8 +103,7 @@ chmod +x "$run/cmd.sh"
 log "vm ($flavour): booting $(basename "$kernel"), running: $*"
 rc=0
 set +e +o pipefail
-# The console log holds everything; stdout shows the command's output (kernel lines,
-# which carry a [seconds] prefix, go only to the log).
+# The console log holds everything; stdout shows only the command's output.
 timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c '
 	set -e
 	root=$1 top=$2 cache=$3
@@ -118,17 +121,25 @@ timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c
 ' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
 	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus 2 --user root \
 	--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
-	--append "panic_on_warn=0 panic=-1 oops=panic" \
+	--append "panic_on_warn=0 panic=-1 oops=panic no5lvl" \
 	--exec "$run/cmd.sh" </dev/null 2>&1 | tr -d '\r' | tee "$run/console.log" |
-	grep --line-buffered -vE '^\[ *[0-9]+\.[0-9]+\]'
+	sed -un 's/^.*@@ //p'
 status=${PIPESTATUS[0]}
 set -e -o pipefail
 
+# Kernel reports after the command started fail the run; earlier ones (boot) are shown.
+problems='Kernel panic\|BUG: \|KASAN\|Oops\|WARNING: \|general protection'
+started=$(grep -n 'virtme-ng-init: starting script' "$run/console.log" | head -n 1 | cut -d: -f1)
+started=${started:-1}
+if head -n "$started" "$run/console.log" | grep -q "$problems"; then
+	log "vm ($flavour): note: the kernel reported a problem during boot (before the command):"
+	head -n "$started" "$run/console.log" | grep -m 3 "$problems" >&2
+fi
 if [ -f "$run/status" ]; then
 	rc=$(cat "$run/status")
-	if grep -q 'Kernel panic\|BUG: \|KASAN\|Oops' "$run/console.log"; then
+	if tail -n "+$started" "$run/console.log" | grep -q "$problems"; then
 		log "vm ($flavour): the guest kernel reported a problem:"
-		grep -m 20 -A 15 'Kernel panic\|BUG: \|KASAN\|Oops' "$run/console.log" >&2
+		tail -n "+$started" "$run/console.log" | grep -m 20 -A 15 "$problems" >&2
 		[ "$rc" != 0 ] || rc=98
 	fi
 	log "vm ($flavour): command exited with $rc"
