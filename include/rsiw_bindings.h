@@ -8,7 +8,14 @@
 #include <linux/netdevice.h>
 #include <linux/notifier.h>
 #include <linux/crc32.h>
+#include <linux/mm_types.h>
+#include <linux/random.h>
+#include <linux/scatterlist.h>
+#include <linux/vmalloc.h>
+#include <linux/xarray.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
 #include <rdma/siw-abi.h>

@@ -6,7 +6,11 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
+#include <linux/vmalloc.h>
+#include <linux/xarray.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "rsiw_helpers.h"
 
@@ -85,4 +89,80 @@ static DEFINE_RATELIMIT_STATE(rsiw_rs, DEFAULT_RATELIMIT_INTERVAL, DEFAULT_RATEL
 bool rsiw_ratelimit(void)
 {
 	return __ratelimit(&rsiw_rs);
+}
+
+int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
+{
+	return ib_copy_from_udata(dst, udata, len);
+}
+
+struct ib_udata *rsiw_bundle_udata(struct uverbs_attr_bundle *attrs)
+{
+	return attrs ? &attrs->driver_udata : NULL;
+}
+
+struct ib_ucontext *rsiw_udata_ucontext(struct ib_udata *udata)
+{
+	return rdma_udata_to_uverbs_attr_bundle(udata)->context;
+}
+
+void *rsiw_vmalloc_user(unsigned long size)
+{
+	return vmalloc_user(size);
+}
+
+void *rsiw_vzalloc(unsigned long size)
+{
+	return vzalloc(size);
+}
+
+u64 rsiw_mmap_get_offset(const struct rdma_user_mmap_entry *entry)
+{
+	return rdma_user_mmap_get_offset(entry);
+}
+
+struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size_t size,
+				 int access)
+{
+	return ib_umem_get_va(dev, addr, size, access);
+}
+
+void rsiw_xa_init_alloc(struct xarray *xa)
+{
+	xa_init_flags(xa, XA_FLAGS_ALLOC | XA_FLAGS_LOCK_IRQ);
+}
+
+int rsiw_xa_reserve_cyclic(struct xarray *xa, u32 *id, u32 min, u32 max, u32 *next)
+{
+	int ret = xa_alloc_cyclic_irq(xa, id, NULL, XA_LIMIT(min, max), next, GFP_KERNEL);
+
+	return ret < 0 ? ret : 0;
+}
+
+int rsiw_xa_store(struct xarray *xa, unsigned long index, void *entry)
+{
+	return xa_err(xa_store_irq(xa, index, entry, GFP_KERNEL));
+}
+
+void *rsiw_xa_erase(struct xarray *xa, unsigned long index)
+{
+	return xa_erase_irq(xa, index);
+}
+
+unsigned long rsiw_xa_lock(struct xarray *xa)
+{
+	unsigned long flags;
+
+	xa_lock_irqsave(xa, flags);
+	return flags;
+}
+
+void rsiw_xa_unlock(struct xarray *xa, unsigned long flags)
+{
+	xa_unlock_irqrestore(xa, flags);
+}
+
+bool rsiw_xa_empty(const struct xarray *xa)
+{
+	return xa_empty(xa);
 }

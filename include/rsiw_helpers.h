@@ -9,10 +9,16 @@
 #include <linux/types.h>
 
 struct ib_device;
+struct ib_mr;
+struct ib_ucontext;
 struct ib_udata;
+struct ib_umem;
 struct module;
 struct net;
 struct net_device;
+struct rdma_user_mmap_entry;
+struct uverbs_attr_bundle;
+struct xarray;
 
 /* THIS_MODULE of rsiw.ko (the C object and the Rust crate are one module). */
 struct module *rsiw_this_module(void);
@@ -50,5 +56,39 @@ void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev);
 
 /* __ratelimit() over one rsiw-wide state (DEFAULT_RATELIMIT_INTERVAL/BURST). */
 bool rsiw_ratelimit(void);
+
+/* ib_copy_from_udata(): 0 or -EFAULT. */
+int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
+
+/* &attrs->driver_udata, or NULL for a NULL bundle (kernel caller). */
+struct ib_udata *rsiw_bundle_udata(struct uverbs_attr_bundle *attrs);
+
+/* The ucontext of a user verb (rdma_udata_to_uverbs_attr_bundle(udata)->context). */
+struct ib_ucontext *rsiw_udata_ucontext(struct ib_udata *udata);
+
+/* vmalloc_user(), vzalloc() (the allocation hooks are macros). */
+void *rsiw_vmalloc_user(unsigned long size);
+void *rsiw_vzalloc(unsigned long size);
+
+/* rdma_user_mmap_get_offset() */
+u64 rsiw_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
+
+/* ib_umem_get_va(): an ib_umem or an ERR_PTR. */
+struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size_t size,
+				 int access);
+
+/*
+ * xarrays with ID allocation whose lock is taken with interrupts disabled (the lookups
+ * will come from softirq context): xa_init_flags(XA_FLAGS_ALLOC | XA_FLAGS_LOCK_IRQ),
+ * xa_alloc_cyclic_irq() with GFP_KERNEL and a NULL (reserved) entry, xa_store_irq() with
+ * GFP_KERNEL, xa_erase_irq(), xa_lock_irqsave()/xa_unlock_irqrestore(), xa_empty().
+ */
+void rsiw_xa_init_alloc(struct xarray *xa);
+int rsiw_xa_reserve_cyclic(struct xarray *xa, u32 *id, u32 min, u32 max, u32 *next);
+int rsiw_xa_store(struct xarray *xa, unsigned long index, void *entry);
+void *rsiw_xa_erase(struct xarray *xa, unsigned long index);
+unsigned long rsiw_xa_lock(struct xarray *xa);
+void rsiw_xa_unlock(struct xarray *xa, unsigned long flags);
+bool rsiw_xa_empty(const struct xarray *xa);
 
 #endif /* RSIW_HELPERS_H */

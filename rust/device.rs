@@ -5,10 +5,18 @@
 //! One rsiw device serves one network device (port 1). Its GID is the netdev's MAC
 //! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
 
+use crate::cq::{Cq, MAX_CQE};
+use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
+use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
+use crate::srq::{Srq, MAX_SRQ_WR};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{DeviceOps, IbDevice, NewDevice, UserResponse};
+use crate::sys::idtable::ArcTable;
 use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
+use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
+use crate::sys::verbs::QpInit;
+use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::str::BStr;
@@ -20,6 +28,7 @@ const VENDOR_ID: u32 = 0x0072_7377;
 const NODE_DESC: &[u8] = b"rsiw Rust soft-iWARP";
 
 /// The per-device data of an rsiw device.
+#[pin_data]
 pub(crate) struct Device {
     /// The netdev's MAC address in the low 48 bits (updated on NETDEV_CHANGEADDR).
     mac: AtomicU64,
@@ -27,6 +36,40 @@ pub(crate) struct Device {
     ucontexts: AtomicU32,
     /// Protection domains, limited by the `max_pd` module parameter.
     pds: AtomicU32,
+    /// Completion queues (module parameter `max_cq`).
+    pub(crate) cqs: AtomicU32,
+    /// Queue pairs (module parameter `max_qp`).
+    pub(crate) qps_count: AtomicU32,
+    /// Shared receive queues (module parameter `max_srq`).
+    pub(crate) srqs: AtomicU32,
+    /// Memory regions (module parameter `max_mr`).
+    pub(crate) mrs: AtomicU32,
+    /// Regions by STag index.
+    #[pin]
+    pub(crate) stags: ArcTable<Mem>,
+}
+
+/// A unit taken from a device counter with [`take_slot`], given back on drop unless kept.
+pub(crate) struct SlotGuard<'a>(Option<&'a AtomicU32>);
+
+impl<'a> SlotGuard<'a> {
+    /// Guards one unit of `counter`.
+    pub(crate) fn new(counter: &'a AtomicU32) -> Self {
+        Self(Some(counter))
+    }
+
+    /// The object was created: the unit stays taken (its destroy gives it back).
+    pub(crate) fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 fn mac_to_u64(mac: [u8; 6]) -> u64 {
@@ -48,7 +91,7 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 }
 
 /// Returns the IB MTU enum value for an MTU in octets (`ib_mtu_int_to_enum()`).
-fn ib_mtu(mtu: u32) -> b::ib_mtu {
+pub(crate) fn ib_mtu(mtu: u32) -> b::ib_mtu {
     match mtu {
         4096.. => b::ib_mtu_IB_MTU_4096,
         2048..=4095 => b::ib_mtu_IB_MTU_2048,
@@ -59,7 +102,7 @@ fn ib_mtu(mtu: u32) -> b::ib_mtu {
 }
 
 /// Takes one unit of `counter` if it is below `limit`.
-fn take_slot(counter: &AtomicU32, limit: u32) -> bool {
+pub(crate) fn take_slot(counter: &AtomicU32, limit: u32) -> bool {
     counter
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
         .is_ok()
@@ -71,20 +114,30 @@ impl DeviceOps for Device {
         attr.vendor_id = VENDOR_ID;
         attr.vendor_part_id = 0;
         attr.sys_image_guid = u64::from_ne_bytes(eui64(mac));
-        attr.max_mr_size = 0;
+        attr.max_mr_size = u64::MAX;
         attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
-        // Only PDs exist so far: every other object limit is honestly zero until the
-        // corresponding verbs are implemented (they fail with -EOPNOTSUPP).
         attr.max_pd = crate::module_parameters::max_pd.value();
-        attr.max_qp = 0;
-        attr.max_qp_wr = 0;
-        attr.max_send_sge = 0;
-        attr.max_recv_sge = 0;
-        attr.max_cq = 0;
-        attr.max_cqe = 0;
-        attr.max_mr = 0;
-        attr.max_srq = 0;
+        attr.max_qp = crate::module_parameters::max_qp.value();
+        attr.max_qp_wr = MAX_QP_WR;
+        attr.max_send_sge = MAX_SGE;
+        attr.max_recv_sge = MAX_SGE;
+        // An iWARP Read Request names one sink (RFC 5040 §4.4).
+        attr.max_sge_rd = 1;
+        attr.max_cq = crate::module_parameters::max_cq.value();
+        attr.max_cqe = MAX_CQE;
+        attr.max_mr = crate::module_parameters::max_mr.value();
+        attr.max_fast_reg_page_list_len = MAX_FRMR_PAGES;
+        attr.max_srq = crate::module_parameters::max_srq.value();
+        attr.max_srq_wr = MAX_SRQ_WR;
+        attr.max_srq_sge = MAX_SGE;
+        // RDMA READ needs the transport: no read credits yet.
+        attr.max_qp_rd_atom = 0;
+        attr.max_qp_init_rd_atom = 0;
+        attr.max_res_rd_atom = 0;
         attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
+        // Not IB_DEVICE_MEM_MGT_EXTENSIONS: REG_MR and LOCAL_INV work requests come with
+        // the transport slice.
+        attr.device_cap_flags = 0;
         // `rdma link del` may remove rsiw devices.
         attr.kernel_cap_flags = u64::from(b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
         Ok(())
@@ -178,6 +231,130 @@ impl DeviceOps for Device {
     }
 
     fn dealloc(_dev: &IbDevice<Self>) {}
+
+    type Cq = Cq;
+    type Qp = Qp;
+    type Srq = Srq;
+    type Mr = Mr;
+
+    fn create_cq(
+        dev: &IbDevice<Self>,
+        attr: &b::ib_cq_init_attr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<(u32, impl PinInit<Cq, Error>)> {
+        Cq::create(dev, attr, udata)
+    }
+
+    fn destroy_cq(dev: &IbDevice<Self>, cq: &IbCq<Cq>) {
+        Cq::destroy(dev, cq);
+    }
+
+    fn poll_cq(cq: &IbCq<Cq>, wc: &mut [b::ib_wc]) -> usize {
+        Cq::poll(cq, wc)
+    }
+
+    fn req_notify_cq(cq: &IbCq<Cq>, flags: u32) -> Result<i32> {
+        Cq::req_notify(cq, flags)
+    }
+
+    fn create_qp(
+        dev: &IbDevice<Self>,
+        init: QpInit<'_, Self>,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Qp, Error>> {
+        Qp::create(dev, init, udata)
+    }
+
+    fn destroy_qp(dev: &IbDevice<Self>, qp: &IbQp<Qp>) {
+        Qp::destroy(dev, qp);
+    }
+
+    fn modify_qp(_dev: &IbDevice<Self>, qp: &IbQp<Qp>, attr: &b::ib_qp_attr, mask: u32) -> Result {
+        Qp::modify(qp, attr, mask)
+    }
+
+    fn query_qp(
+        dev: &IbDevice<Self>,
+        qp: &IbQp<Qp>,
+        attr: &mut b::ib_qp_attr,
+        init: &mut b::ib_qp_init_attr,
+    ) -> Result {
+        Qp::query(dev, qp, attr, init);
+        Ok(())
+    }
+
+    fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
+        Qp::post_send(qp, wrs)
+    }
+
+    fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+        Qp::post_recv(qp, wrs)
+    }
+
+    fn create_srq(
+        dev: &IbDevice<Self>,
+        attr: &mut b::ib_srq_init_attr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Srq, Error>> {
+        Srq::create(dev, attr, udata)
+    }
+
+    fn destroy_srq(dev: &IbDevice<Self>, srq: &IbSrq<Srq>) {
+        Srq::destroy(dev, srq);
+    }
+
+    fn modify_srq(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
+        Srq::modify(srq, attr, mask)
+    }
+
+    fn query_srq(srq: &IbSrq<Srq>, attr: &mut b::ib_srq_attr) {
+        Srq::query(srq, attr);
+    }
+
+    fn post_srq_recv<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+        Srq::post(srq, wrs)
+    }
+
+    fn get_dma_mr(dev: &IbDevice<Self>, pd: PdId, access: i32) -> Result<(u32, impl PinInit<Mr, Error>)> {
+        Mr::dma(dev, pd, access).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+    }
+
+    fn reg_user_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+        udata: &mut UserResponse<'_>,
+    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
+        Mr::user(dev, pd, start, len, iova, access, udata).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+    }
+
+    fn alloc_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        ty: b::ib_mr_type,
+        max_num_sg: u32,
+    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
+        Mr::frmr(dev, pd, ty, max_num_sg).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+    }
+
+    fn mr_map_begin(mr: &IbMr<Mr>) -> Result {
+        Mr::map_begin(mr)
+    }
+
+    fn mr_set_page(mr: &IbMr<Mr>, addr: u64) -> Result {
+        Mr::set_page(mr, addr)
+    }
+
+    fn mr_map_end(mr: &IbMr<Mr>, iova: u64, len: u64, page_size: u32) {
+        Mr::map_end(mr, iova, len, page_size);
+    }
+
+    fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Mr>) {
+        Mr::dereg(dev, mr);
+    }
 }
 
 /// The `rsiw` link type and netdev event handler.
@@ -205,11 +382,17 @@ impl LinkHandler for Link {
         let mac = ndev.mac().unwrap_or([0; 6]);
         let mut dev = NewDevice::new(
             ndev,
-            Device {
+            pin_init!(Device {
                 mac: AtomicU64::new(mac_to_u64(mac)),
                 ucontexts: AtomicU32::new(0),
                 pds: AtomicU32::new(0),
-            },
+                cqs: AtomicU32::new(0),
+                qps_count: AtomicU32::new(0),
+                srqs: AtomicU32::new(0),
+                mrs: AtomicU32::new(0),
+                // Start STag indices at a random point, like the C siw.
+                stags <- ArcTable::new(crate::sys::random_u32() & 0x00ff_ffff),
+            }),
         )?;
         dev.set_identity(eui64(mac), NODE_DESC, 1);
         dev.set_netdev(ndev)?;

@@ -10,8 +10,12 @@ use kernel::prelude::*;
 pub mod engine;
 pub mod wire;
 
+mod cq;
 mod crc;
 mod device;
+mod mem;
+mod qp;
+mod srq;
 mod sys;
 
 module! {
@@ -29,6 +33,22 @@ module! {
         max_pd: u32 {
             default: 65536,
             description: "Maximum number of protection domains per rsiw device",
+        },
+        max_cq: u32 {
+            default: 65536,
+            description: "Maximum number of completion queues per rsiw device",
+        },
+        max_qp: u32 {
+            default: 65536,
+            description: "Maximum number of queue pairs per rsiw device",
+        },
+        max_srq: u32 {
+            default: 65536,
+            description: "Maximum number of shared receive queues per rsiw device",
+        },
+        max_mr: u32 {
+            default: 262144,
+            description: "Maximum number of memory regions per rsiw device",
         },
     },
 }

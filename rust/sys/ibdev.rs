@@ -12,7 +12,11 @@
 //!    dropped in place; the core frees the memory afterwards.
 
 use super::bindings;
+use super::idtable::RawIdTable;
 use super::netdev::{NetDev, NetDevRef};
+use super::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
+use super::verbs::QpInit;
+use super::wr::{PostError, RecvWr, SendWr, WrList};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +51,103 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     fn dealloc_pd(dev: &IbDevice<Self>);
     /// Called once when the device is being freed, before the Rust part is dropped.
     fn dealloc(dev: &IbDevice<Self>);
+
+    /// The driver data of a completion queue.
+    type Cq: Send + Sync;
+    /// The driver data of a queue pair.
+    type Qp: Send + Sync;
+    /// The driver data of a shared receive queue.
+    type Srq: Send + Sync;
+    /// The driver data of a memory region.
+    type Mr: Send + Sync;
+
+    /// `create_cq`: validates `attr`, allocates what the CQ needs, answers a user caller
+    /// through `udata` and returns the CQ depth and the initialiser of the CQ data.
+    fn create_cq(
+        dev: &IbDevice<Self>,
+        attr: &bindings::ib_cq_init_attr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<(u32, impl PinInit<Self::Cq, Error>)>;
+    /// `destroy_cq`: called before the CQ data is dropped (no QP uses the CQ any more).
+    fn destroy_cq(dev: &IbDevice<Self>, cq: &IbCq<Self::Cq>);
+    /// `poll_cq` (kernel consumers): fills up to `wc.len()` work completions; returns how
+    /// many.
+    fn poll_cq(cq: &IbCq<Self::Cq>, wc: &mut [bindings::ib_wc]) -> usize;
+    /// `req_notify_cq`: arms the CQ (`IB_CQ_*` flags); with `IB_CQ_REPORT_MISSED_EVENTS`
+    /// returns a positive number if completions are already waiting.
+    fn req_notify_cq(cq: &IbCq<Self::Cq>, flags: u32) -> Result<i32>;
+
+    /// `create_qp`: validates, allocates and answers a user caller; returns the QP data's
+    /// initialiser. The QP number is assigned already; the QP becomes visible to
+    /// `iw_get_qp` after the data is initialised.
+    fn create_qp(
+        dev: &IbDevice<Self>,
+        init: QpInit<'_, Self>,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Self::Qp, Error>>;
+    /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy
+    /// waits for all `iw_add_ref` references to go, then the data is dropped.
+    fn destroy_qp(dev: &IbDevice<Self>, qp: &IbQp<Self::Qp>);
+    /// `modify_qp` with `IB_QP_*` attribute mask `mask`.
+    fn modify_qp(dev: &IbDevice<Self>, qp: &IbQp<Self::Qp>, attr: &bindings::ib_qp_attr, mask: u32) -> Result;
+    /// `query_qp`: fills `attr` and the capabilities in `init` (type, CQs and SRQ are
+    /// filled by the caller).
+    fn query_qp(
+        dev: &IbDevice<Self>,
+        qp: &IbQp<Self::Qp>,
+        attr: &mut bindings::ib_qp_attr,
+        init: &mut bindings::ib_qp_init_attr,
+    ) -> Result;
+    /// `post_send` (for a user QP: the doorbell, with an empty list).
+    fn post_send<'a>(qp: &IbQp<Self::Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>>;
+    /// `post_recv`.
+    fn post_recv<'a>(qp: &IbQp<Self::Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
+
+    /// `create_srq`: validates, allocates and answers a user caller.
+    fn create_srq(
+        dev: &IbDevice<Self>,
+        attr: &mut bindings::ib_srq_init_attr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Self::Srq, Error>>;
+    /// `destroy_srq`: called before the data is dropped.
+    fn destroy_srq(dev: &IbDevice<Self>, srq: &IbSrq<Self::Srq>);
+    /// `modify_srq` with `IB_SRQ_*` mask `mask`.
+    fn modify_srq(srq: &IbSrq<Self::Srq>, attr: &bindings::ib_srq_attr, mask: u32) -> Result;
+    /// `query_srq`.
+    fn query_srq(srq: &IbSrq<Self::Srq>, attr: &mut bindings::ib_srq_attr);
+    /// `post_srq_recv`.
+    fn post_srq_recv<'a>(srq: &IbSrq<Self::Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
+
+    /// `get_dma_mr`: returns the STag (lkey = rkey) and the MR data's initialiser.
+    fn get_dma_mr(dev: &IbDevice<Self>, pd: PdId, access: i32) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
+    /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
+    /// as `iova`.
+    #[allow(clippy::too_many_arguments)]
+    fn reg_user_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+        udata: &mut UserResponse<'_>,
+    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
+    /// `alloc_mr`: a fast-registration MR for up to `max_num_sg` pages.
+    fn alloc_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        ty: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
+    /// `map_mr_sg`, step 1: forget the previous page list.
+    fn mr_map_begin(mr: &IbMr<Self::Mr>) -> Result;
+    /// `map_mr_sg`, step 2 (per page, from `ib_sg_to_pages`): append page address `addr`.
+    fn mr_set_page(mr: &IbMr<Self::Mr>, addr: u64) -> Result;
+    /// `map_mr_sg`, step 3: the mapping covers `len` octets at `iova` in pages of
+    /// `page_size` octets.
+    fn mr_map_end(mr: &IbMr<Self::Mr>, iova: u64, len: u64, page_size: u32);
+    /// `dereg_mr`: called before the MR data is dropped and the MR freed.
+    fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Self::Mr>);
 }
 
 /// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
@@ -59,6 +160,8 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
 #[repr(C)]
 pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
+    /// The device's QPs by number (see `verbs.rs`).
+    pub(super) qps: RawIdTable,
     data: T,
 }
 
@@ -94,8 +197,36 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.iw_reject = Some(Self::iw_reject_c);
         ops.iw_create_listen = Some(Self::iw_create_listen_c);
         ops.iw_get_qp = Some(Self::iw_get_qp_c);
+        ops.iw_add_ref = Some(Self::iw_add_ref_c);
+        ops.iw_rem_ref = Some(Self::iw_rem_ref_c);
+        ops.mmap = Some(super::umap::mmap_c);
+        ops.mmap_free = Some(super::umap::mmap_free_c);
+        ops.create_cq = Some(Self::create_cq_c);
+        ops.destroy_cq = Some(Self::destroy_cq_c);
+        ops.poll_cq = Some(Self::poll_cq_c);
+        ops.req_notify_cq = Some(Self::req_notify_cq_c);
+        ops.create_qp = Some(Self::create_qp_c);
+        ops.destroy_qp = Some(Self::destroy_qp_c);
+        ops.modify_qp = Some(Self::modify_qp_c);
+        ops.query_qp = Some(Self::query_qp_c);
+        ops.post_send = Some(Self::post_send_c);
+        ops.post_recv = Some(Self::post_recv_c);
+        ops.create_srq = Some(Self::create_srq_c);
+        ops.destroy_srq = Some(Self::destroy_srq_c);
+        ops.modify_srq = Some(Self::modify_srq_c);
+        ops.query_srq = Some(Self::query_srq_c);
+        ops.post_srq_recv = Some(Self::post_srq_recv_c);
+        ops.get_dma_mr = Some(Self::get_dma_mr_c);
+        ops.reg_user_mr = Some(Self::reg_user_mr_c);
+        ops.alloc_mr = Some(Self::alloc_mr_c);
+        ops.map_mr_sg = Some(Self::map_mr_sg_c);
+        ops.dereg_mr = Some(Self::dereg_mr_c);
         ops.size_ib_ucontext = size_of::<bindings::ib_ucontext>();
         ops.size_ib_pd = size_of::<bindings::ib_pd>();
+        // The core allocates these with kzalloc (8-octet alignment), see `new` asserts.
+        ops.size_ib_cq = size_of::<IbCq<T::Cq>>();
+        ops.size_ib_qp = size_of::<IbQp<T::Qp>>();
+        ops.size_ib_srq = size_of::<IbSrq<T::Srq>>();
         ops
     };
 
@@ -105,7 +236,7 @@ impl<T: DeviceOps> IbDevice<T> {
     ///
     /// `raw` is the `ib_device` of a live `IbDevice<T>` (its ops are `Self::OPS`), and
     /// stays live for `'a`.
-    unsafe fn from_raw<'a>(raw: *mut bindings::ib_device) -> &'a Self {
+    pub(super) unsafe fn from_raw<'a>(raw: *mut bindings::ib_device) -> &'a Self {
         // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts
         // at `raw`; the caller guarantees it is a live `IbDevice<T>`.
         unsafe { &*raw.cast::<Self>() }
@@ -287,9 +418,12 @@ impl<T: DeviceOps> IbDevice<T> {
         // whose data was initialised before the ops were installed (`NewDevice::new`).
         T::dealloc(unsafe { &*this });
         Registry::remove(raw);
-        // SAFETY: `data` is initialised and nothing uses it after this point: the core
-        // calls no further operations and frees the memory itself.
-        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
+        // SAFETY: `data` and `qps` are initialised and nothing uses them after this point:
+        // the core destroyed all objects, calls no further operations and frees the memory.
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
+        }
     }
 
     /// # Safety
@@ -336,21 +470,9 @@ impl<T: DeviceOps> IbDevice<T> {
     ) -> kernel::ffi::c_int {
         EOPNOTSUPP.to_errno()
     }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn iw_get_qp_c(
-        _raw: *mut bindings::ib_device,
-        _qpn: kernel::ffi::c_int,
-    ) -> *mut bindings::ib_qp {
-        // No QP can exist yet (create_qp is not offered).
-        core::ptr::null_mut()
-    }
 }
 
-fn errno(r: Result) -> kernel::ffi::c_int {
+pub(super) fn errno(r: Result) -> kernel::ffi::c_int {
     match r {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
@@ -368,6 +490,48 @@ pub(crate) struct UserResponse<'a> {
 }
 
 impl UserResponse<'_> {
+    /// # Safety
+    ///
+    /// `udata` is the valid `ib_udata` of the running verb, live for the returned lifetime.
+    pub(super) unsafe fn from_raw(udata: *mut bindings::ib_udata) -> Self {
+        // INVARIANT: guaranteed by the caller.
+        Self { udata, _p: core::marker::PhantomData }
+    }
+
+    /// Returns the user context of the verb (null-checked), not for `alloc_ucontext`.
+    pub(super) fn ucontext(&self) -> Option<*mut bindings::ib_ucontext> {
+        if self.udata.is_null() {
+            return None;
+        }
+        // SAFETY: `udata` is the valid udata of a uverbs call (type invariant), embedded in
+        // its attribute bundle.
+        let uctx = unsafe { bindings::rsiw_udata_ucontext(self.udata) };
+        (!uctx.is_null()).then_some(uctx)
+    }
+
+    /// Reads the request struct `R` (from `siw-abi.h`) of a user verb.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the user's input is shorter than `R`; `EFAULT` if the copy faults.
+    pub(crate) fn read<R: UserAbi + Copy>(&self) -> Result<R> {
+        if self.udata.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `udata` is valid (type invariant).
+        if unsafe { bindings::rsiw_udata_inlen(self.udata) } < size_of::<R>() {
+            return Err(EINVAL);
+        }
+        let mut r = MaybeUninit::<R>::zeroed();
+        // SAFETY: `r` has room for `size_of::<R>()` octets; any octets form a valid `R`
+        // (`UserAbi`: plain integers).
+        super::to_result(unsafe {
+            bindings::rsiw_copy_from_udata(r.as_mut_ptr().cast(), self.udata, size_of::<R>())
+        })?;
+        // SAFETY: fully written by the copy (or zeroed), and every bit pattern is valid.
+        Ok(unsafe { r.assume_init() })
+    }
+
     /// Copies `resp` (a plain C response struct from `siw-abi.h`) to user space.
     ///
     /// # Errors
@@ -395,15 +559,26 @@ impl UserResponse<'_> {
     }
 }
 
-/// A C struct of the siw user ABI that can be copied to user space as is.
+/// A C struct of the siw user ABI that can be copied to and from user space as is.
 ///
 /// # Safety
 ///
-/// The type is `repr(C)` with no padding octets (they would leak kernel memory).
+/// The type is `repr(C)` plain integers with no padding octets (they would leak kernel
+/// memory), so every bit pattern is a valid value.
 pub(crate) unsafe trait UserAbi {}
 
 // SAFETY: two `__u32` fields, no padding.
 unsafe impl UserAbi for bindings::siw_uresp_alloc_ctx {}
+// SAFETY: `__u32`, `__u32`, `__aligned_u64`: no padding.
+unsafe impl UserAbi for bindings::siw_uresp_create_cq {}
+// SAFETY: four `__u32` then two `__aligned_u64`: no padding.
+unsafe impl UserAbi for bindings::siw_uresp_create_qp {}
+// SAFETY: `__u32`, `__u32`, `__aligned_u64`: no padding.
+unsafe impl UserAbi for bindings::siw_uresp_create_srq {}
+// SAFETY: two `__u32`: no padding.
+unsafe impl UserAbi for bindings::siw_uresp_reg_mr {}
+// SAFETY: `__u8`, `__u8[3]`, `__u32`: no padding.
+unsafe impl UserAbi for bindings::siw_ureq_reg_mr {}
 
 /// A device allocated and initialised, not yet registered. Dropping it frees the device.
 ///
@@ -425,19 +600,35 @@ impl<T: DeviceOps> NewDevice<T> {
     where
         Error: From<E>,
     {
-        const { assert!(core::mem::align_of::<IbDevice<T>>() <= 8) };
+        const {
+            assert!(core::mem::align_of::<IbDevice<T>>() <= 8);
+            assert!(core::mem::align_of::<IbCq<T::Cq>>() <= 8);
+            assert!(core::mem::align_of::<IbQp<T::Qp>>() <= 8);
+            assert!(core::mem::align_of::<IbSrq<T::Srq>>() <= 8);
+            assert!(core::mem::align_of::<IbMr<T::Mr>>() <= 8);
+        };
         // SAFETY: the size covers the `ib_device` at offset 0; kzalloc alignment (8)
         // suffices for `IbDevice<T>` (asserted above).
         let raw = unsafe { bindings::_ib_alloc_device(size_of::<IbDevice<T>>(), ndev.net()) };
         let raw = NonNull::new(raw).ok_or(ENOMEM)?;
         let this = raw.cast::<IbDevice<T>>();
+        // SAFETY: `qps` lies inside the allocation, aligned and pinned; its initialiser is
+        // infallible.
+        unsafe {
+            let qps = core::ptr::addr_of_mut!((*this.as_ptr()).qps);
+            let Ok(()) = RawIdTable::new(1).__init(qps);
+        }
         // SAFETY: `data` lies inside the allocation, is properly aligned and pinned (the
         // device never moves); on error `init` leaves it uninitialised.
         let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
         // SAFETY: see above.
         if let Err(e) = unsafe { init.__init(slot) } {
-            // SAFETY: no ops are installed, so no `dealloc_driver` runs on uninit data.
-            unsafe { bindings::ib_dealloc_device(raw.as_ptr()) };
+            // SAFETY: `qps` is initialised and unused; no ops are installed, so no
+            // `dealloc_driver` runs on uninit data.
+            unsafe {
+                core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).qps));
+                bindings::ib_dealloc_device(raw.as_ptr());
+            }
             return Err(Error::from(e));
         }
         // SAFETY: the device is exclusively ours; `OPS` is a promoted `'static` constant.

@@ -38,8 +38,41 @@ pub(crate) mod bindings {
 }
 
 pub(crate) mod ibdev;
+pub(crate) mod idtable;
 pub(crate) mod link;
 pub(crate) mod netdev;
+pub(crate) mod obj;
+pub(crate) mod ring;
+pub(crate) mod umap;
+pub(crate) mod umem;
+pub(crate) mod verbs;
+pub(crate) mod wr;
+
+/// A C struct for which all-zeroes (indeed every bit pattern) is a valid value: integers,
+/// raw pointers, nullable function pointers and unions of those.
+///
+/// # Safety
+///
+/// Every bit pattern of `size_of::<Self>()` octets is a valid `Self`.
+pub(crate) unsafe trait Pod: Copy {
+    /// An all-zeroes value.
+    fn zeroed() -> Self {
+        // SAFETY: every bit pattern, in particular all-zeroes, is valid (trait contract).
+        unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+    }
+}
+
+// SAFETY: `siw_sqe`, `siw_rqe`, `siw_cqe` are integers, unions of integers and a raw
+// pointer; `ib_wc` is integers, raw pointers and unions of those.
+unsafe impl Pod for bindings::siw_sqe {}
+// SAFETY: see above.
+unsafe impl Pod for bindings::siw_rqe {}
+// SAFETY: see above.
+unsafe impl Pod for bindings::siw_cqe {}
+// SAFETY: see above.
+unsafe impl Pod for bindings::ib_wc {}
+// SAFETY: `__aligned_u64`, two `__u32`.
+unsafe impl Pod for bindings::siw_sge {}
 
 /// Converts a C return value (0 or a negative errno) into a [`Result`].
 pub(crate) fn to_result(ret: kernel::ffi::c_int) -> Result {
@@ -72,4 +105,10 @@ pub(crate) fn crc32c(crc: u32, data: &[u8]) -> u32 {
 pub(crate) fn this_module() -> *mut bindings::module {
     // SAFETY: `rsiw_this_module` returns the address of this module's `__this_module`.
     unsafe { bindings::rsiw_this_module() }
+}
+
+/// Returns a random 32-bit value (`get_random_u32()`).
+pub(crate) fn random_u32() -> u32 {
+    // SAFETY: `get_random_u32` has no preconditions.
+    unsafe { bindings::get_random_u32() }
 }

@@ -44,7 +44,7 @@ def devinfo(dev, verbose=False):
 def test_modinfo_lists_parameters_with_descriptions():
     out = sh(f"modinfo {os.environ['RSIW_KO']}").stdout
     assert re.search(r"^alias:\s+rdma-link-rsiw$", out, re.M), out
-    for param in ("max_ucontext", "max_pd"):
+    for param in ("max_ucontext", "max_pd", "max_cq", "max_qp", "max_srq", "max_mr"):
         m = re.search(rf"^parm:\s+{param}:(.+)$", out, re.M)
         assert m and len(m.group(1).strip()) > 20, f"{param} lacks a description:\n{out}"
 
@@ -90,7 +90,8 @@ def test_link_add_creates_iwarp_device(rsiw, dummy):
 
     verbose = devinfo("rsiw0", verbose=True)
     assert re.search(r"max_pd:\s+65536", verbose), verbose
-    assert re.search(r"max_qp:\s+0\b", verbose), verbose
+    assert re.search(r"max_qp:\s+65536\b", verbose), verbose
+    assert re.search(r"max_cqe:\s+262144\b", verbose), verbose
 
 
 def test_port_state_follows_netdev(rsiw, dummy):

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shared receive queues with the siw user ring ABI, and the SRQ limit event.
+//!
+//! An SRQ is a ring of `struct siw_rqe`. User space posts by writing an RQE and storing its
+//! flags (`SIW_WQE_VALID`) atomically; kernel consumers post through `post_srq_recv`. The
+//! RX path (a later slice) consumes RQEs with [`Srq::take_rqe`], which also checks the
+//! armed limit: when fewer RQEs than the limit remain posted, the consumer gets
+//! `IB_EVENT_SRQ_LIMIT_REACHED` once and must re-arm with `modify_srq(IB_SRQ_LIMIT)`.
+//!
+//! A QP using an SRQ that enters ERROR does not flush the SRQ's RQEs: they belong to the
+//! SRQ and stay available to its other QPs (the QP reports `IB_EVENT_QP_LAST_WQE_REACHED`).
+
+use crate::device::{take_slot, Device, SlotGuard};
+use crate::qp::{build_rqe, MAX_SGE};
+use crate::sys::bindings as b;
+use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::obj::IbSrq;
+use crate::sys::ring::Ring;
+use crate::sys::wr::{PostError, RecvWr, WrList};
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+use kernel::sync::{new_spinlock_irq, SpinLockIrq};
+
+/// The deepest SRQ rsiw grants (a power of two).
+pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
+
+const VALID: u16 = b::siw_wqe_flags_SIW_WQE_VALID as u16;
+
+/// Positions and the limit arm, under the SRQ lock.
+struct State {
+    put: u32,
+    get: u32,
+    limit: u32,
+    armed: bool,
+}
+
+/// The driver data of an SRQ.
+#[pin_data]
+pub(crate) struct Srq {
+    user: bool,
+    max_sge: u32,
+    ring: Ring<b::siw_rqe>,
+    #[pin]
+    state: SpinLockIrq<State>,
+}
+
+fn invalid(what: core::fmt::Arguments<'_>) -> Error {
+    if crate::sys::ratelimit() {
+        pr_err!("SRQ: {what}\n");
+    }
+    EINVAL
+}
+
+/// A receive WQE as the RX path sees it: a validated kernel copy of one RQ/SRQ slot.
+#[allow(dead_code, reason = "read by the RX path (next slice)")]
+pub(crate) struct RecvWqe {
+    pub(crate) id: u64,
+    pub(crate) num_sge: u8,
+    pub(crate) sge: [b::siw_sge; MAX_SGE as usize],
+}
+
+/// Validates one RQE copy (`num_sge <= SIW_MAX_SGE`; the opcode field is ignored, as the
+/// ABI says).
+#[allow(dead_code, reason = "the RX path (next slice) is its user")]
+pub(crate) fn decode_rqe(raw: &b::siw_rqe) -> Result<RecvWqe, u8> {
+    if u32::from(raw.num_sge) > MAX_SGE {
+        return Err(raw.num_sge);
+    }
+    Ok(RecvWqe { id: raw.id, num_sge: raw.num_sge, sge: raw.sge })
+}
+
+impl Srq {
+    /// `create_srq`.
+    pub(crate) fn create(
+        dev: &IbDevice<Device>,
+        init: &mut b::ib_srq_init_attr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Self, Error>> {
+        if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
+            if crate::sys::ratelimit() {
+                pr_err!("create_srq: SRQ type {} is not supported (basic SRQs only)\n", init.srq_type);
+            }
+            return Err(EOPNOTSUPP);
+        }
+        let a = init.attr;
+        if a.max_wr == 0 || a.max_wr > MAX_SRQ_WR {
+            return Err(invalid(format_args!("max_wr {} outside 1..={MAX_SRQ_WR}", a.max_wr)));
+        }
+        if a.max_sge > MAX_SGE {
+            return Err(invalid(format_args!("max_sge {} above {MAX_SGE}", a.max_sge)));
+        }
+        if a.srq_limit > a.max_wr {
+            return Err(invalid(format_args!("srq_limit {} above max_wr {}", a.srq_limit, a.max_wr)));
+        }
+        let limit = crate::module_parameters::max_srq.value();
+        if !take_slot(&dev.srqs, limit) {
+            if crate::sys::ratelimit() {
+                pr_err!("create_srq: SRQ limit reached ({limit}); see module parameter max_srq\n");
+            }
+            return Err(ENOMEM);
+        }
+        let slot = SlotGuard::new(&dev.srqs);
+        let n = a.max_wr.next_power_of_two();
+        let user = udata.is_some();
+        let ring = match udata {
+            Some(u) => {
+                let (ring, key) = Ring::new_user(u, n, false)?;
+                u.write(&b::siw_uresp_create_srq { num_rqe: n, pad: 0, srq_key: key })?;
+                ring
+            }
+            None => Ring::new_kernel(n, false)?,
+        };
+        init.attr.max_wr = n;
+        slot.keep();
+        Ok(try_pin_init!(Self {
+            user,
+            max_sge: a.max_sge,
+            ring,
+            state <- new_spinlock_irq!(
+                State { put: 0, get: 0, limit: a.srq_limit, armed: a.srq_limit > 0 },
+                "rsiw_srq"
+            ),
+        }? Error))
+    }
+
+    /// `destroy_srq` (the core guarantees no QP uses it any more).
+    pub(crate) fn destroy(dev: &IbDevice<Device>, _srq: &IbSrq<Srq>) {
+        dev.srqs.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `modify_srq`: `IB_SRQ_LIMIT` (re)arms or disarms the limit event; resizing
+    /// (`IB_SRQ_MAX_WR`) is not supported.
+    pub(crate) fn modify(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
+        if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
+            if crate::sys::ratelimit() {
+                pr_err!("modify_srq: resizing an SRQ is not supported\n");
+            }
+            return Err(EOPNOTSUPP);
+        }
+        if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
+            let mut st = srq.state.lock();
+            if attr.srq_limit > srq.ring.size() {
+                return Err(invalid(format_args!("srq_limit {} above the SRQ size {}", attr.srq_limit, srq.ring.size())));
+            }
+            st.limit = attr.srq_limit;
+            st.armed = attr.srq_limit > 0;
+        }
+        Ok(())
+    }
+
+    /// `query_srq`.
+    pub(crate) fn query(srq: &IbSrq<Srq>, attr: &mut b::ib_srq_attr) {
+        let st = srq.state.lock();
+        attr.max_wr = srq.ring.size();
+        attr.max_sge = srq.max_sge;
+        attr.srq_limit = st.limit;
+    }
+
+    /// `post_srq_recv` (kernel SRQs).
+    pub(crate) fn post<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+        if srq.user {
+            let first = wrs.clone().next();
+            return Err(PostError::at(invalid(format_args!("user SRQs post through the mapped ring")), first));
+        }
+        let mut st = srq.state.lock();
+        for wr in wrs {
+            let rqe = build_rqe(wr, srq.max_sge)
+                .map_err(|e| PostError::at(invalid(format_args!("bad receive WR ({})", e.to_errno())), Some(wr)))?;
+            let idx = st.put;
+            if srq.ring.flags(idx) != 0 {
+                return Err(PostError::at(ENOMEM, Some(wr)));
+            }
+            srq.ring.write(idx, &rqe);
+            srq.ring.set_flags(idx, VALID);
+            st.put = idx.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Counts the posted RQEs from `get` (at most one pass over the ring).
+    fn posted(&self, get: u32) -> u32 {
+        let mut n = 0;
+        while n < self.ring.size() && self.ring.flags(get.wrapping_add(n)) & VALID != 0 {
+            n += 1;
+        }
+        n
+    }
+
+    /// For the RX path (next slice): consumes the RQE at the head of the SRQ and returns a
+    /// validated copy (`Err(num_sge)` for a malformed user RQE, which the RX path completes
+    /// in error); `None` if the SRQ is empty. Then checks the armed limit and reports
+    /// `IB_EVENT_SRQ_LIMIT_REACHED` once when fewer RQEs than the limit remain.
+    #[allow(dead_code, reason = "the RX path (next slice) is its user")]
+    pub(crate) fn take_rqe(srq: &IbSrq<Srq>) -> Option<Result<RecvWqe, u8>> {
+        let (wqe, fire) = {
+            let mut st = srq.state.lock();
+            let idx = st.get;
+            if srq.ring.flags(idx) & VALID == 0 {
+                return None;
+            }
+            let wqe = decode_rqe(&srq.ring.read(idx));
+            srq.ring.set_flags(idx, 0);
+            st.get = idx.wrapping_add(1);
+            let fire = st.armed && srq.posted(st.get) < st.limit;
+            if fire {
+                st.armed = false;
+            }
+            (wqe, fire)
+        };
+        if fire {
+            srq.dispatch_event(b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED);
+        }
+        Some(wqe)
+    }
+}

@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Containers for the RDMA core's objects: the core's struct (`ib_cq`, `ib_qp`, `ib_srq`,
+//! `ib_mr`) first, rsiw's data after it, in one allocation.
+//!
+//! CQs, QPs and SRQs are allocated (zeroed) by the core with the size rsiw sets in
+//! `ib_device_ops::size_ib_*`; rsiw initialises its part in place in the create trampoline
+//! and drops it in place in the destroy trampoline, and the core frees the memory. MRs are
+//! allocated by rsiw itself (see `verbs.rs`) because the core's MR verbs return the object.
+
+use super::bindings;
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+use kernel::prelude::*;
+use kernel::sync::{Completion, Refcount};
+use kernel::types::Opaque;
+
+/// A core object `C` followed by driver data `T`.
+///
+/// # Invariants
+///
+/// `base` is a live core object of type `C` whose `device` is an `IbDevice<D>` of rsiw
+/// (for the `D` the object was created through), and `data` is initialised, from the end of
+/// the create trampoline until the destroy trampoline; the core calls no verb on the object
+/// outside that window. Shared references to an `Obj` are only created inside it.
+#[repr(C)]
+pub(crate) struct Obj<C, T> {
+    base: Opaque<C>,
+    data: T,
+}
+
+impl<C, T> core::ops::Deref for Obj<C, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+impl<C, T> Obj<C, T> {
+    /// Returns the object behind a core pointer.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the base of a live `Obj<C, T>` (type invariant window) that stays live for
+    /// `'a`.
+    pub(super) unsafe fn from_raw<'a>(raw: *mut C) -> &'a Self {
+        // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts at
+        // `raw`; the caller guarantees it is live and initialised.
+        unsafe { &*raw.cast::<Self>() }
+    }
+
+    /// Returns the core object's raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut C {
+        self.base.get()
+    }
+
+    /// Initialises `data` of the core-allocated container at `raw` with `init`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the base of a core allocation of at least `size_of::<Self>()` octets,
+    /// aligned for `Self`, whose `data` is uninitialised and not accessed by anyone else.
+    pub(super) unsafe fn init_data<E>(raw: *mut C, init: impl PinInit<T, E>) -> Result<(), E> {
+        let this = raw.cast::<Self>();
+        // SAFETY: the slot lies inside the allocation and is pinned (the core never moves
+        // its objects); on error `init` leaves it uninitialised.
+        unsafe { init.__init(core::ptr::addr_of_mut!((*this).data)) }
+    }
+
+    /// Drops `data` in place.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the base of a container whose `data` is initialised, and nothing uses the
+    /// data afterwards.
+    pub(super) unsafe fn drop_data(raw: *mut C) {
+        let this = raw.cast::<Self>();
+        // SAFETY: guaranteed by the caller.
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
+    }
+}
+
+/// A completion queue: `struct ib_cq` followed by the driver's CQ data.
+pub(crate) type IbCq<T> = Obj<bindings::ib_cq, T>;
+/// A shared receive queue: `struct ib_srq` followed by the driver's SRQ data.
+pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
+/// A memory region: `struct ib_mr` followed by the driver's MR data.
+pub(crate) type IbMr<T> = Obj<bindings::ib_mr, T>;
+
+/// Builds an `ib_event` for `event`, the device of `dev` and the element set by `set`.
+fn event(
+    dev: *mut bindings::ib_device,
+    event: bindings::ib_event_type,
+    set: impl FnOnce(&mut bindings::ib_event),
+) -> bindings::ib_event {
+    // SAFETY: all-zeroes is a valid `ib_event` (null pointers, event 0).
+    let mut ev: bindings::ib_event = unsafe { MaybeUninit::zeroed().assume_init() };
+    ev.device = dev;
+    ev.event = event;
+    set(&mut ev);
+    ev
+}
+
+impl<T> IbCq<T> {
+    /// Calls the consumer's completion handler (`ib_cq::comp_handler`), if it has one.
+    ///
+    /// Must not be called with a lock held that the consumer's handler may take (it may
+    /// poll the CQ, re-arm it or post work requests).
+    pub(crate) fn call_comp_handler(&self) {
+        let cq = self.as_raw();
+        // SAFETY: the CQ is live (type invariant); the core set `comp_handler` and
+        // `cq_context` before calling `create_cq` and does not change them afterwards.
+        unsafe {
+            if let Some(handler) = (*cq).comp_handler {
+                handler(cq, (*cq).cq_context);
+            }
+        }
+    }
+
+    /// Reports an asynchronous CQ event (`IB_EVENT_CQ_ERR`) to the consumer's handler.
+    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+        let cq = self.as_raw();
+        // SAFETY: the CQ is live; `event_handler`/`cq_context` are set by the core before
+        // `create_cq`. The handler copies what it needs from the event.
+        unsafe {
+            if let Some(handler) = (*cq).event_handler {
+                let mut e = event((*cq).device, ev, |e| e.element.cq = cq);
+                handler(&mut e, (*cq).cq_context);
+            }
+        }
+    }
+
+    /// Sets the CQ depth the core reports (`ib_cq::cqe`). Only during `create_cq`.
+    pub(crate) fn set_depth(&self, depth: u32) {
+        // SAFETY: the CQ is live; the core reads `cqe` only after `create_cq` returns, and
+        // `create_cq` is the only caller (single-threaded for this object).
+        unsafe { (*self.as_raw()).cqe = depth as i32 };
+    }
+}
+
+impl<T> IbSrq<T> {
+    /// Reports an asynchronous SRQ event (`IB_EVENT_SRQ_LIMIT_REACHED`, `IB_EVENT_SRQ_ERR`).
+    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+        let srq = self.as_raw();
+        // SAFETY: the SRQ is live; the core sets the handler and context before
+        // `create_srq`.
+        unsafe {
+            if let Some(handler) = (*srq).event_handler {
+                let mut e = event((*srq).device, ev, |e| e.element.srq = srq);
+                handler(&mut e, (*srq).srq_context);
+            }
+        }
+    }
+}
+
+/// A queue pair: `struct ib_qp`, the reference count that `iw_add_ref`/`iw_rem_ref`
+/// hold, and the driver's QP data.
+///
+/// # Invariants
+///
+/// As for [`Obj`]; in addition `refs` counts one reference for the QP's existence (dropped
+/// by destroy) plus one per `iw_add_ref` not yet balanced, and `released` is
+/// completed when it reaches zero. The memory is not freed before that.
+#[repr(C)]
+#[pin_data]
+pub(crate) struct IbQp<T> {
+    base: Opaque<bindings::ib_qp>,
+    pub(super) refs: Refcount,
+    #[pin]
+    pub(super) released: Completion,
+    #[pin]
+    data: T,
+}
+
+impl<T> core::ops::Deref for IbQp<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+impl<T> IbQp<T> {
+    /// # Safety
+    ///
+    /// As for [`Obj::from_raw`].
+    pub(super) unsafe fn from_raw<'a>(raw: *mut bindings::ib_qp) -> &'a Self {
+        // SAFETY: `base` is the first field of a `repr(C)` struct; see the caller.
+        unsafe { &*raw.cast::<Self>() }
+    }
+
+    /// Returns the core object's raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_qp {
+        self.base.get()
+    }
+
+    /// Initialises everything but `base` at `raw`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Obj::init_data`].
+    pub(super) unsafe fn init_rest(raw: *mut bindings::ib_qp, init: impl PinInit<T, Error>) -> Result {
+        let this = raw.cast::<Self>();
+        // SAFETY: the slots lie inside the allocation, are pinned and exclusively ours.
+        unsafe {
+            core::ptr::addr_of_mut!((*this).refs).write(Refcount::new(1));
+            Completion::new().__init(core::ptr::addr_of_mut!((*this).released))?;
+            init.__init(core::ptr::addr_of_mut!((*this).data))
+        }
+    }
+
+    /// Drops the driver data and the completion in place.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Obj::drop_data`].
+    pub(super) unsafe fn drop_rest(raw: *mut bindings::ib_qp) {
+        let this = raw.cast::<Self>();
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).released));
+        }
+    }
+
+    /// Returns the QP number (`ib_qp::qp_num`).
+    pub(crate) fn qpn(&self) -> u32 {
+        // SAFETY: the QP is live; `qp_num` is set before the data is initialised and never
+        // changes afterwards.
+        unsafe { (*self.as_raw()).qp_num }
+    }
+
+    /// Reports an affiliated asynchronous QP event to the consumer's handler.
+    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+        let qp = self.as_raw();
+        // SAFETY: the QP is live; the core sets `event_handler`/`qp_context` before
+        // `create_qp`.
+        unsafe {
+            if let Some(handler) = (*qp).event_handler {
+                let mut e = event((*qp).device, ev, |e| e.element.qp = qp);
+                handler(&mut e, (*qp).qp_context);
+            }
+        }
+    }
+
+    /// Takes a reference for `iw_add_ref`.
+    pub(super) fn get_ref(&self) {
+        self.refs.inc();
+    }
+
+    /// Drops a reference; the last one lets a waiting destroy proceed.
+    pub(super) fn put_ref(&self) {
+        if self.refs.dec_and_test() {
+            // Nothing touches `self` after this call: destroy may free the QP.
+            self.released.complete_all();
+        }
+    }
+}
+
+/// A reference to a CQ that an object (a QP) was created with.
+///
+/// # Invariants
+///
+/// `ptr` is a live `IbCq<T>`; the RDMA core holds a use count on the CQ (and refuses to
+/// destroy it) for as long as the referring object exists, and the holder of a `CqRef`
+/// drops it before its own destroy returns.
+pub(crate) struct CqRef<T> {
+    ptr: NonNull<IbCq<T>>,
+}
+
+// SAFETY: a `CqRef` is a shared reference in disguise; `IbCq<T>` is `Sync` when `T` is.
+unsafe impl<T: Sync> Send for CqRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for CqRef<T> {}
+
+impl<T> CqRef<T> {
+    /// # Safety
+    ///
+    /// `raw` is a live CQ of this driver type held by the core (use count) for as long as
+    /// the returned reference exists.
+    pub(super) unsafe fn new(raw: *mut bindings::ib_cq) -> Option<Self> {
+        // INVARIANT: guaranteed by the caller.
+        NonNull::new(raw.cast::<IbCq<T>>()).map(|ptr| Self { ptr })
+    }
+}
+
+impl<T> core::ops::Deref for CqRef<T> {
+    type Target = IbCq<T>;
+
+    fn deref(&self) -> &IbCq<T> {
+        // SAFETY: live while `self` exists (type invariant).
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+/// A reference to an SRQ that a QP was created with (same rules as [`CqRef`]).
+///
+/// # Invariants
+///
+/// As for [`CqRef`], for an `IbSrq<T>`.
+pub(crate) struct SrqRef<T> {
+    ptr: NonNull<IbSrq<T>>,
+}
+
+// SAFETY: see `CqRef`.
+unsafe impl<T: Sync> Send for SrqRef<T> {}
+// SAFETY: see `CqRef`.
+unsafe impl<T: Sync> Sync for SrqRef<T> {}
+
+impl<T> SrqRef<T> {
+    /// # Safety
+    ///
+    /// As for [`CqRef::new`], for an SRQ.
+    pub(super) unsafe fn new(raw: *mut bindings::ib_srq) -> Option<Self> {
+        // INVARIANT: guaranteed by the caller.
+        NonNull::new(raw.cast::<IbSrq<T>>()).map(|ptr| Self { ptr })
+    }
+}
+
+impl<T> core::ops::Deref for SrqRef<T> {
+    type Target = IbSrq<T>;
+
+    fn deref(&self) -> &IbSrq<T> {
+        // SAFETY: live while `self` exists (type invariant).
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+/// The identity of a protection domain (for comparisons only; never dereferenced).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PdId(usize);
+
+impl PdId {
+    pub(super) fn of(pd: *mut bindings::ib_pd) -> Self {
+        Self(pd as usize)
+    }
+}

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User mappings of rings: `rdma_user_mmap_entry`s that own vmalloc buffers, and the
+//! device's `mmap`/`mmap_free` operations.
+//!
+//! Ownership: an entry (and with it the buffer) is allocated by [`MmapEntry::insert`] and
+//! registered with the user context; the RDMA core hands out its offset (the siw ABI's
+//! `*_key`) and holds references while an `mmap` call uses it. Dropping the [`MmapEntry`]
+//! removes it from the context (no new mappings); the core calls `mmap_free` when its last
+//! reference goes, and only then is the buffer freed. Pages a process still has mapped hold
+//! their own page references, so freeing the vmalloc area never leaves a dangling user
+//! mapping.
+
+use super::bindings;
+use super::ibdev::UserResponse;
+use super::ring::VBuf;
+use core::ptr::NonNull;
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+/// The driver's mmap entry: the core's entry first, then the buffer it maps.
+#[repr(C)]
+struct Entry {
+    base: Opaque<bindings::rdma_user_mmap_entry>,
+    buf: VBuf,
+}
+
+/// An inserted mmap entry; removed from its user context on drop.
+///
+/// # Invariants
+///
+/// `entry` is a `KBox<Entry>`-allocated entry inserted into a user context with
+/// `rdma_user_mmap_entry_insert`, whose initial reference this value owns (not yet
+/// removed). While it is held the entry, and so its buffer, stay allocated.
+pub(crate) struct MmapEntry {
+    entry: NonNull<Entry>,
+}
+
+// SAFETY: the entry is only touched by the RDMA core under its own locking and by `drop`.
+unsafe impl Send for MmapEntry {}
+// SAFETY: no `&self` method accesses the entry.
+unsafe impl Sync for MmapEntry {}
+
+impl MmapEntry {
+    /// Makes `buf` mappable by the user context of the verb `udata` belongs to; returns the
+    /// entry and its mmap offset.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` without a user context, `ENOMEM`, or the error of
+    /// `rdma_user_mmap_entry_insert`.
+    pub(super) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
+        let uctx = udata.ucontext().ok_or(EINVAL)?;
+        let len = buf.len();
+        let boxed = KBox::new(Entry { base: Opaque::zeroed(), buf }, GFP_KERNEL)?;
+        let raw = KBox::into_raw(boxed);
+        // SAFETY: `raw` is a valid, exclusively owned, zeroed entry; `uctx` is the live
+        // context of the running verb.
+        let ret = unsafe {
+            bindings::rdma_user_mmap_entry_insert(uctx, (*raw).base.get(), len)
+        };
+        if ret != 0 {
+            // SAFETY: the insertion failed, so the core holds no reference: still ours.
+            drop(unsafe { KBox::from_raw(raw) });
+            return Err(Error::from_errno(ret));
+        }
+        // SAFETY: the entry is inserted and live; the offset is fixed at insertion.
+        let key = unsafe { bindings::rsiw_mmap_get_offset((*raw).base.get()) };
+        // INVARIANT: inserted, the initial reference is ours. `KBox::into_raw` is non-null.
+        let entry = NonNull::new(raw).ok_or(ENOMEM)?;
+        Ok((Self { entry }, key))
+    }
+}
+
+impl Drop for MmapEntry {
+    fn drop(&mut self) {
+        // SAFETY: the entry is inserted and our reference not yet dropped (type invariant);
+        // this drops it, and the core calls `mmap_free` when no `mmap` call holds one.
+        unsafe { bindings::rdma_user_mmap_entry_remove((*self.entry.as_ptr()).base.get()) };
+    }
+}
+
+/// `ib_device_ops::mmap`: maps the ring whose entry matches the VMA's offset.
+///
+/// # Safety
+///
+/// Called only by the RDMA core with a live user context of an rsiw device and the VMA
+/// being set up.
+pub(super) unsafe extern "C" fn mmap_c(
+    uctx: *mut bindings::ib_ucontext,
+    vma: *mut bindings::vm_area_struct,
+) -> kernel::ffi::c_int {
+    // SAFETY: the core passes a live context and VMA; the lookup checks the offset and
+    // the length against the entry and returns it with a reference, or null.
+    let base = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
+    if base.is_null() {
+        if super::ratelimit() {
+            pr_err!("mmap: no ring at this offset and length\n");
+        }
+        return EINVAL.to_errno();
+    }
+    // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by `MmapEntry::insert`)
+    // with `base` first; the reference keeps the entry and its buffer alive.
+    let entry = unsafe { &*base.cast::<Entry>() };
+    // SAFETY: the buffer is a `vmalloc_user` area (`VM_USERMAP`); `remap_vmalloc_range`
+    // checks that the VMA fits inside it.
+    let ret = unsafe { bindings::remap_vmalloc_range(vma, entry.buf.as_ptr().cast(), 0) };
+    // SAFETY: balances `rdma_user_mmap_entry_get`.
+    unsafe { bindings::rdma_user_mmap_entry_put(base) };
+    ret
+}
+
+/// `ib_device_ops::mmap_free`: the core dropped its last reference to an entry.
+///
+/// # Safety
+///
+/// Called only by the RDMA core, once per entry, after the entry was removed and no
+/// reference remains.
+pub(super) unsafe extern "C" fn mmap_free_c(base: *mut bindings::rdma_user_mmap_entry) {
+    // SAFETY: rsiw's entries are `KBox<Entry>` allocations with `base` first; the core
+    // guarantees nobody uses the entry any more.
+    drop(unsafe { KBox::from_raw(base.cast::<Entry>()) });
+}

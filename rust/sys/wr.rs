@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work requests of kernel consumers (`struct ib_send_wr`, `struct ib_recv_wr`) as safe
+//! views for the duration of a post call.
+//!
+//! The RDMA core's contract for `post_send`/`post_recv`/`post_srq_recv`: the list and
+//! every scatter/gather list it references are valid and unchanged for the whole call.
+//! For devices using virtual DMA (`INFINIBAND_VIRT_DMA`, like rsiw), the addresses of a
+//! kernel consumer's SGEs are kernel virtual addresses.
+
+use super::bindings;
+use core::marker::PhantomData;
+use kernel::prelude::*;
+
+/// A send work request of a kernel consumer.
+#[repr(transparent)]
+pub(crate) struct SendWr(bindings::ib_send_wr);
+
+/// A receive work request of a kernel consumer.
+#[repr(transparent)]
+pub(crate) struct RecvWr(bindings::ib_recv_wr);
+
+/// Returns the SGEs at `list` (`n` entries) as a slice; empty for a null list or `n <= 0`.
+///
+/// # Safety
+///
+/// If non-null, `list` points to `n` valid SGEs that stay unchanged for `'a`.
+unsafe fn sges<'a>(list: *mut bindings::ib_sge, n: i32) -> &'a [bindings::ib_sge] {
+    match usize::try_from(n) {
+        // SAFETY: guaranteed by the caller.
+        Ok(n) if n > 0 && !list.is_null() => unsafe { core::slice::from_raw_parts(list, n) },
+        _ => &[],
+    }
+}
+
+impl SendWr {
+    /// The consumer's `wr_id`.
+    pub(crate) fn wr_id(&self) -> u64 {
+        // SAFETY: both union members are 64 bits of plain data (an integer or a pointer
+        // the consumer stored); reading them as an integer is always valid.
+        unsafe { self.0.__bindgen_anon_1.wr_id }
+    }
+
+    /// The opcode (`IB_WR_*`).
+    pub(crate) fn opcode(&self) -> bindings::ib_wr_opcode {
+        self.0.opcode
+    }
+
+    /// The send flags (`IB_SEND_*`).
+    pub(crate) fn send_flags(&self) -> u32 {
+        self.0.send_flags as u32
+    }
+
+    /// The number of SGEs the consumer claims (may be negative or too large: validate).
+    pub(crate) fn num_sge(&self) -> i32 {
+        self.0.num_sge
+    }
+
+    /// The scatter/gather list.
+    pub(crate) fn sges(&self) -> &[bindings::ib_sge] {
+        // SAFETY: the core's post contract: `sg_list` holds `num_sge` valid SGEs.
+        unsafe { sges(self.0.sg_list, self.0.num_sge) }
+    }
+
+    /// The key to invalidate (`ex.invalidate_rkey`) of `IB_WR_SEND_WITH_INV`.
+    pub(crate) fn invalidate_rkey(&self) -> u32 {
+        // SAFETY: 32 bits of plain data in either union member.
+        unsafe { self.0.ex.invalidate_rkey }
+    }
+
+    /// The remote address and key of an RDMA WRITE/READ request (`struct ib_rdma_wr`),
+    /// or `None` for other opcodes.
+    pub(crate) fn rdma(&self) -> Option<(u64, u32)> {
+        match self.0.opcode {
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
+            | bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM
+            | bindings::ib_wr_opcode_IB_WR_RDMA_READ
+            | bindings::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => {
+                let p = core::ptr::from_ref(&self.0).cast::<bindings::ib_rdma_wr>();
+                // SAFETY: for these opcodes the consumer posts a `struct ib_rdma_wr` whose
+                // first member is this `ib_send_wr` (`rdma_wr()` in C).
+                let r = unsafe { &*p };
+                Some((r.remote_addr, r.rkey))
+            }
+            _ => None,
+        }
+    }
+
+    /// Copies the data of all SGEs (inline send) into `dst`; returns the octet count.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the data does not fit into `dst`.
+    pub(crate) fn copy_inline(&self, dst: &mut [u8]) -> Result<usize> {
+        let mut at = 0usize;
+        for sge in self.sges() {
+            let len = sge.length as usize;
+            if len == 0 {
+                continue;
+            }
+            let end = at.checked_add(len).filter(|&e| e <= dst.len()).ok_or(EINVAL)?;
+            let src = sge.addr as usize as *const u8;
+            // SAFETY: with virtual DMA a kernel consumer's SGE addresses are kernel virtual
+            // addresses of at least `length` readable octets (core post contract); `dst`
+            // has room for them (checked above) and cannot overlap consumer memory we read.
+            unsafe { core::ptr::copy_nonoverlapping(src, dst[at..end].as_mut_ptr(), len) };
+            at = end;
+        }
+        Ok(at)
+    }
+}
+
+impl RecvWr {
+    /// The consumer's `wr_id`.
+    pub(crate) fn wr_id(&self) -> u64 {
+        // SAFETY: see `SendWr::wr_id`.
+        unsafe { self.0.__bindgen_anon_1.wr_id }
+    }
+
+    /// The number of SGEs the consumer claims (validate).
+    pub(crate) fn num_sge(&self) -> i32 {
+        self.0.num_sge
+    }
+
+    /// The scatter/gather list.
+    pub(crate) fn sges(&self) -> &[bindings::ib_sge] {
+        // SAFETY: the core's post contract.
+        unsafe { sges(self.0.sg_list, self.0.num_sge) }
+    }
+}
+
+/// A linked list of work requests of type `W` (`SendWr` or `RecvWr`), valid for `'a`.
+pub(crate) struct WrList<'a, W> {
+    next: *const W,
+    _p: PhantomData<&'a W>,
+}
+
+impl<W> Clone for WrList<'_, W> {
+    fn clone(&self) -> Self {
+        Self { next: self.next, _p: PhantomData }
+    }
+}
+
+impl<'a, W> WrList<'a, W> {
+    /// # Safety
+    ///
+    /// `head` is null or the head of a list of valid, unchanging work requests for `'a`
+    /// (the core's post contract).
+    pub(super) unsafe fn new(head: *const W) -> Self {
+        Self { next: head, _p: PhantomData }
+    }
+
+    /// Returns whether the list is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.next.is_null()
+    }
+}
+
+impl<'a> Iterator for WrList<'a, SendWr> {
+    type Item = &'a SendWr;
+
+    fn next(&mut self) -> Option<&'a SendWr> {
+        // SAFETY: a non-null `next` is a valid work request for `'a` (`new`); `SendWr` is
+        // a transparent wrapper of `ib_send_wr`.
+        let wr = unsafe { self.next.as_ref()? };
+        self.next = wr.0.next.cast::<SendWr>();
+        Some(wr)
+    }
+}
+
+impl<'a> Iterator for WrList<'a, RecvWr> {
+    type Item = &'a RecvWr;
+
+    fn next(&mut self) -> Option<&'a RecvWr> {
+        // SAFETY: as above.
+        let wr = unsafe { self.next.as_ref()? };
+        self.next = wr.0.next.cast::<RecvWr>();
+        Some(wr)
+    }
+}
+
+/// A failed post: the error and the first work request that was not posted.
+pub(crate) struct PostError<'a, W> {
+    /// The errno returned to the consumer.
+    pub(crate) error: Error,
+    /// The first request not posted (`*bad_wr`); `None` for an empty list.
+    pub(crate) bad: Option<&'a W>,
+}
+
+impl<'a, W> PostError<'a, W> {
+    /// A failure at `bad`.
+    pub(crate) fn at(error: Error, bad: Option<&'a W>) -> Self {
+        Self { error, bad }
+    }
+}
