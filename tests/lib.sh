@@ -98,3 +98,21 @@ in_root() {
 			LANG=C.UTF-8 RSIW_CACHE="$cache" _rsiw_t0="$_rsiw_t0" "$@"
 	' rsiw-in-root "$root" "$RSIW_TOP" "$RSIW_CACHE" "$@"
 }
+
+# cache_lock / cache_unlock: one builder at a time per cache.  kernel.sh replaces a
+# flavour's tree when its key changes, so an unserialised build from another checkout could
+# delete a tree that is being built or booted.  Children of a holder skip the lock.
+cache_lock() {
+	[ -n "${RSIW_CACHE_LOCKED:-}" ] && return 0
+	exec 9>"$RSIW_CACHE/.build.lock"
+	if ! flock -n 9; then
+		log "waiting for another build using $RSIW_CACHE"
+		flock 9
+	fi
+	export RSIW_CACHE_LOCKED=1
+}
+cache_unlock() {
+	[ "${RSIW_CACHE_LOCKED:-}" = 1 ] || return 0
+	exec 9>&-
+	unset RSIW_CACHE_LOCKED
+}
