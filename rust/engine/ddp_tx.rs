@@ -41,7 +41,7 @@
 //!
 //! # MSN
 //!
-//! The builder keeps one MSN counter per untagged queue (RFC 5041 §5.3: QN 0 Send and
+//! The builder keeps one MSN counter per untagged queue (RFC 5041 §4.3; QN 0 Send and
 //! Immediate Data, QN 1 Read and Atomic Requests, QN 2 Terminate, QN 3 Atomic Responses;
 //! RFC 7306 §5.2), each starting at 1 and wrapping from 2^32-1 to 0. A message takes its
 //! MSN at [`DdpTx::start`].
@@ -67,7 +67,7 @@ pub const ATOMIC_ALIGN: u64 = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
     /// Send (opcode 0x3), Send with SE (0x5), Send with Invalidate (0x4) or Send with SE
-    /// and Invalidate (0x6) (RFC 5040 §4.3, §5.3): untagged, QN 0.
+    /// and Invalidate (0x6) (RFC 5040 §4.6, §4.7, §5.3): untagged, QN 0.
     Send {
         /// Solicited Event requested (the SE variants).
         solicited: bool,
@@ -76,7 +76,7 @@ pub enum Message {
         /// Payload length (octets; 0 allowed).
         len: u32,
     },
-    /// RDMA Write (opcode 0x0, RFC 5040 §4.2, §5.1): tagged to the Data Sink buffer.
+    /// RDMA Write (opcode 0x0, RFC 5040 §4.3, §5.1): tagged to the Data Sink buffer.
     Write {
         /// Data Sink STag.
         stag: u32,
@@ -88,7 +88,7 @@ pub enum Message {
     /// RDMA Read Request (opcode 0x1, RFC 5040 §4.4, §5.2): one untagged segment with the
     /// 28-octet Read Request header on QN 1.
     ReadRequest(ReadRequest),
-    /// RDMA Read Response (opcode 0x2, RFC 5040 §4.2, §5.2): tagged to the Data Sink STag
+    /// RDMA Read Response (opcode 0x2, RFC 5040 §4.5, §5.2): tagged to the Data Sink STag
     /// and TO the Read Request named.
     ReadResponse {
         /// Data Sink STag (from the Read Request).
@@ -271,7 +271,7 @@ pub struct DdpTx {
 
 impl DdpTx {
     /// A builder framing through `mpa`, with the DDP/RDMAP versions and extensions `cfg`
-    /// (see [`Config::for_mpa_rev`]). Every MSN counter starts at 1 (RFC 5041 §5.3).
+    /// (see [`Config::for_mpa_rev`]). Every MSN counter starts at 1 (RFC 5041 §4.3).
     pub const fn new(mpa: MpaTx, cfg: Config) -> Self {
         DdpTx {
             mpa,

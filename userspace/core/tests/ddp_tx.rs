@@ -11,9 +11,10 @@ mod mpa_util;
 mod fpdu_util;
 
 use fpdu_util::{deframe, RawFpdu};
-use mpa_util::VecTx;
+use mpa_util::{Ev, MockRx, SliceRx, VecTx};
 use proptest::prelude::*;
 use rsiw_core::engine::ddp_tx::*;
+use rsiw_core::engine::mpa_rx::{MpaRx, RxConfig};
 use rsiw_core::engine::mpa_tx::{MpaTx, TxConfig};
 use rsiw_core::engine::stream::TxSink;
 use rsiw_core::wire::ddp::{self, DdpError, TaggedError};
@@ -820,7 +821,8 @@ proptest! {
 
     /// Round trip: any sequence of messages, any EMSS, markers, CRC and starting stream
     /// position decodes back (independent deframer, `wire::fpdu`, `wire::ulpdu`, CRC32c
-    /// from the `crc32c` crate) into the same messages, MSNs and payload.
+    /// from the `crc32c` crate) into the same messages, MSNs and payload; the engine's RX
+    /// deframer (`engine::mpa_rx`) agrees.
     #[test]
     fn round_trip(
         msgs in proptest::collection::vec((arb_kind(), 0u32..5000), 1..8),
@@ -850,6 +852,14 @@ proptest! {
         let payload_total: usize = sent.iter().map(|(m, _)| m.payload_len() as usize).sum();
         prop_assert_eq!(sink.payload_pos, payload_total);
         let fpdus = deframe(&sink.out, pos0, markers, crc, FpduPtrBase::UlpduLength);
+        // Differential: the engine's own RX deframer sees the same ULPDUs, all with good CRCs.
+        let rx_cfg = RxConfig { markers, crc, fpduptr: FpduPtrBase::UlpduLength };
+        let mut rx = MpaRx::at_stream_offset(rx_cfg, pos0).unwrap();
+        let mut mock = MockRx::default();
+        rx.process(&mut SliceRx::new(&sink.out), &mut mock).unwrap();
+        prop_assert!(!mock.events.contains(&Ev::End(false)));
+        let ulpdus: Vec<Vec<u8>> = fpdus.iter().map(|f| f.ulpdu.clone()).collect();
+        prop_assert_eq!(mock.ulpdus(), ulpdus);
         let got = reassemble(&fpdus, m);
         prop_assert_eq!(got.len(), sent.len());
         let mut at = 0;
