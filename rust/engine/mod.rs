@@ -6,6 +6,7 @@
 //! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or
 //! the host test harness, moves the bytes. No kernel calls, no allocation, no `unsafe`.
 
+pub mod ddp_tx;
 pub mod mpa_rx;
 pub mod mpa_tx;
 pub mod startup;
