@@ -62,12 +62,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 fn mem() -> MockMem {
-    MockMem::with_mrs(&[
-        Mr::new(0x100, 0x1000, 0x10000, RW),
-        Mr::new(0x200, 0x2000, 0x1000, LW),
-        Mr::new(0x300, 0x3000, 0x1000, RR | RA),
-        Mr::new(0x400, u64::MAX - 0xFFF, 0x1000, ALL),
-    ])
+    MockMem::sample()
 }
 
 /// Builds a stream, runs it in one chunk, and in 1-octet chunks, checks both agree.

@@ -113,6 +113,21 @@ impl MockMem {
         }
     }
 
+    /// The MR table the tests and the fuzz target share: 0x100 remote write, 0x200 local
+    /// write, 0x300 remote read and atomic, 0x400 everything at the top of the 64-bit TO
+    /// space, 0x500 everything but not associated with the stream.
+    pub fn sample() -> Self {
+        let mut foreign = Mr::new(0x500, 0x5000, 0x1000, ALL);
+        foreign.assoc = false;
+        MockMem::with_mrs(&[
+            Mr::new(0x100, 0x1000, 0x10000, RW),
+            Mr::new(0x200, 0x2000, 0x1000, LW),
+            Mr::new(0x300, 0x3000, 0x1000, RR | RA),
+            Mr::new(0x400, u64::MAX - 0xFFF, 0x1000, ALL),
+            foreign,
+        ])
+    }
+
     fn find(&self, stag: u32) -> Option<&Mr> {
         self.mrs.iter().find(|m| m.stag == stag)
     }
