@@ -80,7 +80,6 @@ root_dir() {
 in_root() {
 	local root=$1
 	shift
-	mkdir -p "$root$RSIW_TOP" "$root$RSIW_CACHE"
 	unshare --mount --propagation private -- /bin/bash -c '
 		set -e
 		root=$1 top=$2 cache=$3
@@ -90,6 +89,8 @@ in_root() {
 		mount --rbind /dev "$root/dev"
 		mount -t tmpfs tmpfs "$root/tmp"
 		mount -t tmpfs tmpfs "$root/run"
+		# After the tmpfs mounts: a checkout under /tmp or /run needs its mount point there.
+		mkdir -p "$root$top" "$root$cache"
 		mount --bind "$top" "$root$top"
 		mount --bind "$cache" "$root$cache"
 		cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
