@@ -5,6 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-debug}
+cache_lock
 root=$("$RSIW_TOP/tests/root.sh")
 tree=$("$RSIW_TOP/tests/kernel.sh" "$flavour")
 out="$RSIW_TOP/build/$flavour"

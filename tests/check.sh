@@ -10,6 +10,7 @@ log "check: host tests"
 
 log "check: build root, debug kernel and module (cached after the first run)"
 "$RSIW_TOP/tests/build-module.sh" debug >/dev/null
+"$RSIW_TOP/tests/pcap-check.sh"
 
 log "check: guest tests on the debug kernel"
 "$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-2400}" -- \

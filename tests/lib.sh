@@ -80,7 +80,6 @@ root_dir() {
 in_root() {
 	local root=$1
 	shift
-	mkdir -p "$root$RSIW_TOP" "$root$RSIW_CACHE"
 	unshare --mount --propagation private -- /bin/bash -c '
 		set -e
 		root=$1 top=$2 cache=$3
@@ -90,6 +89,8 @@ in_root() {
 		mount --rbind /dev "$root/dev"
 		mount -t tmpfs tmpfs "$root/tmp"
 		mount -t tmpfs tmpfs "$root/run"
+		# After the tmpfs mounts: a checkout under /tmp or /run needs its mount point there.
+		mkdir -p "$root$top" "$root$cache"
 		mount --bind "$top" "$root$top"
 		mount --bind "$cache" "$root$cache"
 		cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
@@ -97,4 +98,22 @@ in_root() {
 			PATH=/opt/vng/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			LANG=C.UTF-8 RSIW_CACHE="$cache" _rsiw_t0="$_rsiw_t0" "$@"
 	' rsiw-in-root "$root" "$RSIW_TOP" "$RSIW_CACHE" "$@"
+}
+
+# cache_lock / cache_unlock: one builder at a time per cache.  kernel.sh replaces a
+# flavour's tree when its key changes, so an unserialised build from another checkout could
+# delete a tree that is being built or booted.  Children of a holder skip the lock.
+cache_lock() {
+	[ -n "${RSIW_CACHE_LOCKED:-}" ] && return 0
+	exec 9>"$RSIW_CACHE/.build.lock"
+	if ! flock -n 9; then
+		log "waiting for another build using $RSIW_CACHE"
+		flock 9
+	fi
+	export RSIW_CACHE_LOCKED=1
+}
+cache_unlock() {
+	[ "${RSIW_CACHE_LOCKED:-}" = 1 ] || return 0
+	exec 9>&-
+	unset RSIW_CACHE_LOCKED
 }

@@ -28,11 +28,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || die "usage: tests/vm-run.sh [--kernel debug|stock] [--timeout S] -- CMD..."
 
+cache_lock
 root=$("$RSIW_TOP/tests/root.sh")
 # shellcheck disable=SC1091
 . "$root/rsiw-versions.env"
 tree=$("$RSIW_TOP/tests/kernel.sh" "$flavour")
 ko=$("$RSIW_TOP/tests/build-module.sh" "$flavour")
+cache_unlock
 
 case "$flavour" in
 debug)

@@ -6,7 +6,11 @@
 //! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or
 //! the host test harness, moves the bytes. No kernel calls, no allocation, no `unsafe`.
 
+pub mod ddp_rx;
+pub mod ddp_tx;
 pub mod mpa_rx;
 pub mod mpa_tx;
+pub mod rx_decoder;
+pub mod rx_shell;
 pub mod startup;
 pub mod stream;

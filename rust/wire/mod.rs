@@ -6,6 +6,10 @@
 //! compiled into `rsiw.ko` and into the host crate `userspace/core`.
 
 pub mod crc;
+pub mod ddp;
 pub mod fpdu;
 pub mod marker;
 pub mod mpa;
+pub mod rdmap;
+pub mod terminate;
+pub mod ulpdu;
