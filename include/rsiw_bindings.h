@@ -20,4 +20,11 @@
 #include <rdma/rdma_netlink.h>
 #include <rdma/siw-abi.h>
 
+#include <linux/net.h>
+#include <linux/socket.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/fcntl.h>
+
 #include "rsiw_helpers.h"
+#include "rsiw_sock.h"

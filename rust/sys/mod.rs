@@ -43,6 +43,7 @@ pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod obj;
 pub(crate) mod ring;
+pub(crate) mod socket;
 pub(crate) mod umap;
 pub(crate) mod umem;
 pub(crate) mod verbs;
@@ -73,6 +74,11 @@ unsafe impl Pod for bindings::siw_cqe {}
 unsafe impl Pod for bindings::ib_wc {}
 // SAFETY: `__aligned_u64`, two `__u32`.
 unsafe impl Pod for bindings::siw_sge {}
+// SAFETY: a family number followed by padding octets (a union of those and an alignment
+// pointer).
+unsafe impl Pod for bindings::__kernel_sockaddr_storage {}
+// SAFETY: a raw pointer and nullable function pointers.
+unsafe impl Pod for bindings::rsiw_sk_cb {}
 
 /// Converts a C return value (0 or a negative errno) into a [`Result`].
 pub(crate) fn to_result(ret: kernel::ffi::c_int) -> Result {

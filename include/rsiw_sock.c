@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rsiw C shim for kernel TCP sockets: see rsiw_sock.h.
+ */
+#include <linux/crc32.h>
+#include <linux/highmem.h>
+#include <linux/net.h>
+#include <linux/skbuff.h>
+#include <linux/socket.h>
+#include <linux/tcp.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/uio.h>
+#include <net/sock.h>
+#include <net/tcp.h>
+
+#include "rsiw_sock.h"
+
+/* The attachment of a socket, or NULL (also for a socket accepted from an rsiw listener). */
+static struct rsiw_sk_cb *rsiw_sk_cb_of(struct sock *sk)
+{
+	return __locked_read_sk_user_data_with_flags(sk, SK_USER_DATA_NOCOPY);
+}
+
+static void rsiw_sk_data_ready(struct sock *sk)
+{
+	struct rsiw_sk_cb *cb;
+
+	read_lock(&sk->sk_callback_lock);
+	cb = rsiw_sk_cb_of(sk);
+	if (cb)
+		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_DATA_READY);
+	read_unlock(&sk->sk_callback_lock);
+}
+
+static void rsiw_sk_write_space(struct sock *sk)
+{
+	struct rsiw_sk_cb *cb;
+
+	read_lock(&sk->sk_callback_lock);
+	cb = rsiw_sk_cb_of(sk);
+	if (cb) {
+		cb->orig_write_space(sk);
+		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_WRITE_SPACE);
+	}
+	read_unlock(&sk->sk_callback_lock);
+}
+
+static void rsiw_sk_state_change(struct sock *sk)
+{
+	struct rsiw_sk_cb *cb;
+
+	read_lock(&sk->sk_callback_lock);
+	cb = rsiw_sk_cb_of(sk);
+	if (cb) {
+		cb->orig_state_change(sk);
+		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_STATE_CHANGE);
+	}
+	read_unlock(&sk->sk_callback_lock);
+}
+
+void rsiw_sk_attach(struct socket *sock, struct rsiw_sk_cb *cb, const struct rsiw_sk_cb *inherit)
+{
+	struct sock *sk = sock->sk;
+
+	write_lock_bh(&sk->sk_callback_lock);
+	if (sk->sk_data_ready == rsiw_sk_data_ready && inherit) {
+		cb->orig_data_ready = inherit->orig_data_ready;
+		cb->orig_write_space = inherit->orig_write_space;
+		cb->orig_state_change = inherit->orig_state_change;
+	} else {
+		cb->orig_data_ready = sk->sk_data_ready;
+		cb->orig_write_space = sk->sk_write_space;
+		cb->orig_state_change = sk->sk_state_change;
+	}
+	__rcu_assign_sk_user_data_with_flags(sk, cb, SK_USER_DATA_NOCOPY);
+	sk->sk_data_ready = rsiw_sk_data_ready;
+	sk->sk_write_space = rsiw_sk_write_space;
+	sk->sk_state_change = rsiw_sk_state_change;
+	write_unlock_bh(&sk->sk_callback_lock);
+}
+
+void rsiw_sk_detach(struct socket *sock)
+{
+	struct sock *sk = sock->sk;
+	struct rsiw_sk_cb *cb;
+
+	write_lock_bh(&sk->sk_callback_lock);
+	cb = rsiw_sk_cb_of(sk);
+	if (cb) {
+		sk->sk_data_ready = cb->orig_data_ready;
+		sk->sk_write_space = cb->orig_write_space;
+		sk->sk_state_change = cb->orig_state_change;
+		rcu_assign_sk_user_data(sk, NULL);
+	}
+	write_unlock_bh(&sk->sk_callback_lock);
+}
+
+struct rsiw_read_ctx {
+	rsiw_read_actor_t actor;
+	void *ctx;
+};
+
+static int rsiw_read_actor(read_descriptor_t *desc, struct sk_buff *skb, unsigned int off,
+			   size_t len)
+{
+	struct rsiw_read_ctx *rc = desc->arg.data;
+	size_t used = rc->actor(rc->ctx, skb, off, len);
+
+	/* tcp_read_sock() goes on while count is non-zero; stop at a short read. */
+	if (used < len)
+		desc->count = 0;
+	return used;
+}
+
+int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool locked)
+{
+	struct rsiw_read_ctx rc = { .actor = actor, .ctx = ctx };
+	read_descriptor_t desc = { .arg.data = &rc, .count = 1 };
+	int rv;
+
+	if (!locked)
+		lock_sock(sock->sk);
+	rv = tcp_read_sock(sock->sk, &desc, rsiw_read_actor);
+	if (!locked)
+		release_sock(sock->sk);
+	return rv;
+}
+
+int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len)
+{
+	return skb_copy_bits(skb, offset, to, len) ? -EFAULT : 0;
+}
+
+int rsiw_skb_copy_to_page(const struct sk_buff *skb, unsigned int offset, struct page *page,
+			  unsigned int page_off, unsigned int len)
+{
+	void *dst;
+	int rv;
+
+	if (page_off > PAGE_SIZE || len > PAGE_SIZE - page_off)
+		return -EFAULT;
+	dst = kmap_local_page(page);
+	rv = skb_copy_bits(skb, offset, dst + page_off, len);
+	kunmap_local(dst);
+	return rv ? -EFAULT : 0;
+}
+
+u32 rsiw_crc32c_page(u32 crc, struct page *page, unsigned int page_off, unsigned int len)
+{
+	void *p;
+
+	if (page_off > PAGE_SIZE || len > PAGE_SIZE - page_off)
+		return crc;
+	p = kmap_local_page(page);
+	crc = crc32c(crc, p + page_off, len);
+	kunmap_local(p);
+	return crc;
+}
+
+int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more)
+{
+	struct msghdr msg = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0) };
+
+	return kernel_sendmsg(sock, &msg, vec, nvec, len);
+}
+
+int rsiw_send_page(struct socket *sock, struct page *page, unsigned int offset, size_t len,
+		   bool more)
+{
+	struct msghdr msg = {
+		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_SPLICE_PAGES | (more ? MSG_MORE : 0),
+	};
+	struct bio_vec bvec;
+
+	if (offset > PAGE_SIZE || len > PAGE_SIZE - offset)
+		return -EINVAL;
+	bvec_set_page(&bvec, page, len, offset);
+	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, &bvec, 1, len);
+	return sock_sendmsg(sock, &msg);
+}
+
+int rsiw_sk_state(const struct socket *sock)
+{
+	return READ_ONCE(sock->sk->sk_state);
+}
+
+int rsiw_sk_err(const struct socket *sock)
+{
+	return READ_ONCE(sock->sk->sk_err);
+}
+
+unsigned int rsiw_tcp_mss(const struct socket *sock)
+{
+	return READ_ONCE(tcp_sk(sock->sk)->mss_cache);
+}
+
+void rsiw_sk_tune(struct socket *sock, bool listener)
+{
+	if (listener)
+		sock_set_reuseaddr(sock->sk);
+	else
+		tcp_sock_set_nodelay(sock->sk);
+}
+
+int rsiw_sockaddr_len(const struct sockaddr *addr)
+{
+	switch (addr->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+int rsiw_sk_family(const struct socket *sock)
+{
+	return sock->sk->sk_family;
+}

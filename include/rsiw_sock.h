@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rsiw C shim for kernel TCP sockets: socket callbacks and tcp_read_sock().
+ *
+ * The socket callbacks (sk_data_ready, sk_write_space, sk_state_change) must read
+ * sk_user_data under sk_callback_lock and chain to the callbacks they replaced; that
+ * bookkeeping lives here so the Rust side sees one event function with a context
+ * pointer.  Nothing here decides anything.
+ */
+#ifndef RSIW_SOCK_H
+#define RSIW_SOCK_H
+
+#include <linux/types.h>
+
+struct sock;
+struct socket;
+struct sk_buff;
+struct page;
+struct sockaddr;
+struct kvec;
+
+/* What happened on a socket (the argument of rsiw_sk_cb.event). */
+enum rsiw_sk_event {
+	RSIW_SK_DATA_READY = 1,
+	RSIW_SK_WRITE_SPACE = 2,
+	RSIW_SK_STATE_CHANGE = 3,
+};
+
+/*
+ * The attachment of an rsiw object to a socket.  Owned by the Rust object; it must stay
+ * valid from rsiw_sk_attach() until rsiw_sk_detach() has returned.  event() gets
+ * sk->sk_socket (NULL after sock_orphan()) and runs with
+ * sk_callback_lock held for reading, in softirq or process context: it must not sleep.
+ */
+struct rsiw_sk_cb {
+	void *ctx;
+	void (*event)(void *ctx, struct socket *sock, enum rsiw_sk_event ev);
+	void (*orig_data_ready)(struct sock *sk);
+	void (*orig_write_space)(struct sock *sk);
+	void (*orig_state_change)(struct sock *sk);
+};
+
+/*
+ * Routes the socket's callbacks to cb->event (after the original callbacks ran).  A socket
+ * accepted from an rsiw listener carries the listener's callback pointers but no
+ * sk_user_data (SK_USER_DATA_NOCOPY); pass the listener's attachment as @inherit so its
+ * saved originals are used, else NULL.
+ */
+void rsiw_sk_attach(struct socket *sock, struct rsiw_sk_cb *cb, const struct rsiw_sk_cb *inherit);
+
+/* Undoes rsiw_sk_attach(); on return no event() call is running or will start. */
+void rsiw_sk_detach(struct socket *sock);
+
+/*
+ * tcp_read_sock() with an actor that gets (ctx, skb, offset, len) and returns how many
+ * octets it consumed; reading stops at the first short count.  @locked: the caller runs
+ * in the socket's softirq receive path or already owns the socket; otherwise the socket
+ * is locked around the read.  Returns the octets consumed or a negative errno.
+ */
+typedef size_t (*rsiw_read_actor_t)(void *ctx, const struct sk_buff *skb, unsigned int offset,
+				    size_t len);
+int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool locked);
+
+/* skb_copy_bits(): 0 or -EFAULT. */
+int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len);
+
+/*
+ * Copies @len octets of @skb at @offset into @page at @page_off (which must not cross the
+ * page), through a local kernel mapping.  0 or -EFAULT.
+ */
+int rsiw_skb_copy_to_page(const struct sk_buff *skb, unsigned int offset, struct page *page,
+			  unsigned int page_off, unsigned int len);
+
+/* crc32c() over @len octets of @page at @page_off (within the page), through kmap_local. */
+u32 rsiw_crc32c_page(u32 crc, struct page *page, unsigned int page_off, unsigned int len);
+
+/*
+ * Non-blocking sends.  Return the octets queued (possibly fewer than asked) or a negative
+ * errno (-EAGAIN when the send buffer is full).  @more: more data follows (MSG_MORE).
+ * rsiw_send_page() hands the page to TCP without copying (MSG_SPLICE_PAGES); the page
+ * must stay unchanged until the peer acknowledged it, which the caller guarantees by
+ * holding a reference (TCP takes its own).
+ */
+int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more);
+int rsiw_send_page(struct socket *sock, struct page *page, unsigned int offset, size_t len,
+		   bool more);
+
+/* sk->sk_state (TCP_*), sk->sk_err, tcp_sk(sk)->mss_cache. */
+int rsiw_sk_state(const struct socket *sock);
+int rsiw_sk_err(const struct socket *sock);
+unsigned int rsiw_tcp_mss(const struct socket *sock);
+
+/* TCP_NODELAY on, SO_REUSEADDR on (listeners); keepalive left as configured. */
+void rsiw_sk_tune(struct socket *sock, bool listener);
+
+/* sizeof(struct sockaddr_in) / sizeof(struct sockaddr_in6) for family, else 0. */
+int rsiw_sockaddr_len(const struct sockaddr *addr);
+
+/* sock->sk->sk_family */
+int rsiw_sk_family(const struct socket *sock);
+
+#endif /* RSIW_SOCK_H */

@@ -1,0 +1,551 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel TCP sockets: creation, bind/listen/accept/connect, non-blocking sends (with page
+//! splicing), reads through `tcp_read_sock()`, and socket callbacks routed to a Rust object.
+//!
+//! The socket-callback bookkeeping (`sk_callback_lock`, the replaced callbacks) is in the C
+//! shim `include/rsiw_sock.c`; here it becomes [`SockEvents`], a trait whose single method
+//! runs in softirq or process context and must not sleep.
+
+#![allow(dead_code)]
+use super::bindings as b;
+use super::to_result;
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use kernel::prelude::*;
+use kernel::sync::{Arc, ArcBorrow};
+use kernel::types::{ForeignOwnable, Opaque};
+
+/// A socket event, as [`SockEvents::event`] receives it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SockEvent {
+    /// Data arrived (`sk_data_ready`); on a listener: a connection waits in the accept queue.
+    DataReady,
+    /// Send buffer space became available (`sk_write_space`).
+    WriteSpace,
+    /// The TCP state changed (`sk_state_change`): see [`Socket::state`].
+    StateChange,
+}
+
+/// A Rust object that receives the events of the sockets it is attached to.
+pub(crate) trait SockEvents: Send + Sync + 'static {
+    /// Called with `sk_callback_lock` held for reading, in softirq or process context: must
+    /// not sleep or take the socket lock; may read the socket with [`Socket::read`] with
+    /// `locked == true` when `ev` is [`SockEvent::DataReady`].
+    fn event(this: ArcBorrow<'_, Self>, sock: SockRef<'_>, ev: SockEvent);
+}
+
+/// TCP states of [`Socket::state`] (`TCP_*` in `include/net/tcp_states.h`).
+pub(crate) mod tcp_state {
+    /// Connection established.
+    pub(crate) const ESTABLISHED: i32 = 1;
+    /// Closed.
+    pub(crate) const CLOSE: i32 = 7;
+    /// The peer closed its side (FIN received).
+    pub(crate) const CLOSE_WAIT: i32 = 8;
+    /// Listening.
+    pub(crate) const LISTEN: i32 = 10;
+}
+
+/// An IPv4 or IPv6 socket address (`struct sockaddr_storage`, addresses and ports in
+/// network order as the kernel keeps them).
+#[derive(Clone, Copy)]
+pub(crate) struct SockAddr(b::__kernel_sockaddr_storage);
+
+impl SockAddr {
+    /// A copy of `ss`.
+    pub(crate) fn from_storage(ss: &b::__kernel_sockaddr_storage) -> Self {
+        Self(*ss)
+    }
+
+    /// The address family (`AF_INET` = 2, `AF_INET6` = 10, other values are rejected by
+    /// the socket calls with `EAFNOSUPPORT`).
+    pub(crate) fn family(&self) -> u16 {
+        // SAFETY: every variant of the union starts with the family (integers only).
+        unsafe { self.0.__bindgen_anon_1.__bindgen_anon_1.ss_family }
+    }
+
+    /// The storage, for `iw_cm` structures.
+    pub(crate) fn storage(&self) -> &b::__kernel_sockaddr_storage {
+        &self.0
+    }
+
+    fn as_ptr(&self) -> *mut b::sockaddr {
+        core::ptr::from_ref(&self.0).cast_mut().cast()
+    }
+
+    /// The length of the address for `family()`, or `EAFNOSUPPORT`.
+    fn len(&self) -> Result<i32> {
+        // SAFETY: `as_ptr()` points to a whole `sockaddr_storage`, which covers the family
+        // field the helper reads.
+        match unsafe { b::rsiw_sockaddr_len(self.as_ptr()) } {
+            0 => Err(EAFNOSUPPORT),
+            n => Ok(n),
+        }
+    }
+}
+
+/// A kernel TCP socket, owned.
+///
+/// # Invariants
+///
+/// `sock` is a `struct socket` created by `sock_create_kern()` or `kernel_accept()` with a
+/// TCP `sk`; it is released (once) when the `Socket` is dropped. `attach`, when `Some`,
+/// is the attachment registered with `rsiw_sk_attach()` and holds a reference of the
+/// attached object; it is detached before the socket is released.
+pub(crate) struct Socket {
+    sock: NonNull<b::socket>,
+    attach: Option<Attachment>,
+}
+
+// SAFETY: the socket layer serialises the operations rsiw calls (they take the socket lock
+// or are atomic reads); the pointer may move between threads.
+unsafe impl Send for Socket {}
+// SAFETY: as above; every `&self` method may run concurrently with any other.
+unsafe impl Sync for Socket {}
+
+/// The attachment of an object to a socket.
+///
+/// # Invariants
+///
+/// `cb` is valid and pinned (boxed); while attached, `cb.ctx` holds a reference of the
+/// object created by `Arc::into_foreign`, which `release` gives back.
+struct Attachment {
+    cb: KBox<Opaque<b::rsiw_sk_cb>>,
+    release: unsafe fn(*mut c_void),
+}
+
+/// A borrowed socket, as socket events see it.
+#[derive(Clone, Copy)]
+pub(crate) struct SockRef<'a> {
+    sock: NonNull<b::socket>,
+    _p: PhantomData<&'a Socket>,
+}
+
+impl Socket {
+    /// Creates a TCP socket of `family` (`AF_INET`/`AF_INET6`) in the network namespace
+    /// `net` (the rsiw device's netdev namespace).
+    ///
+    /// # Errors
+    ///
+    /// What `sock_create_kern()` returns (`EAFNOSUPPORT`, `ENOMEM`, ...).
+    pub(crate) fn tcp(net: *mut b::net, family: u16) -> Result<Self> {
+        let mut sock: *mut b::socket = core::ptr::null_mut();
+        // SAFETY: `net` is a live namespace (the caller holds its netdev); `sock` is a
+        // valid out pointer.
+        to_result(unsafe {
+            b::sock_create_kern(
+                net,
+                i32::from(family),
+                b::sock_type_SOCK_STREAM as i32,
+                b::IPPROTO_TCP as i32,
+                &mut sock,
+            )
+        })?;
+        let sock = NonNull::new(sock).ok_or(ENOMEM)?;
+        // INVARIANT: just created, TCP.
+        Ok(Self { sock, attach: None })
+    }
+
+    /// The socket as events see it.
+    pub(crate) fn as_ref(&self) -> SockRef<'_> {
+        SockRef { sock: self.sock, _p: PhantomData }
+    }
+
+    /// Binds to `addr` (port 0: an ephemeral port).
+    ///
+    /// # Errors
+    ///
+    /// `EAFNOSUPPORT` for a non-IP family, else what `kernel_bind()` returns
+    /// (`EADDRINUSE`, `EADDRNOTAVAIL`, ...).
+    pub(crate) fn bind(&self, addr: &SockAddr) -> Result {
+        let len = addr.len()?;
+        // SAFETY: `self.sock` is valid (invariant); `addr` points to `len` valid octets.
+        to_result(unsafe { b::kernel_bind(self.sock.as_ptr(), addr.as_ptr().cast(), len) })
+    }
+
+    /// Starts listening with a backlog of `backlog` connections (after [`Self::bind`]).
+    ///
+    /// # Errors
+    ///
+    /// What `kernel_listen()` returns.
+    pub(crate) fn listen(&self, backlog: i32) -> Result {
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::rsiw_sk_tune(self.sock.as_ptr(), true) };
+        // SAFETY: `self.sock` is valid (invariant).
+        to_result(unsafe { b::kernel_listen(self.sock.as_ptr(), backlog) })
+    }
+
+    /// Takes the next connection from the accept queue without waiting: `Ok(None)` when the
+    /// queue is empty.
+    ///
+    /// # Errors
+    ///
+    /// What `kernel_accept()` returns other than `EAGAIN`.
+    pub(crate) fn accept(&self) -> Result<Option<Socket>> {
+        let mut new: *mut b::socket = core::ptr::null_mut();
+        // SAFETY: `self.sock` is valid (invariant); `new` is a valid out pointer.
+        let ret =
+            unsafe { b::kernel_accept(self.sock.as_ptr(), &mut new, b::O_NONBLOCK as i32) };
+        if ret == -(b::EAGAIN as i32) {
+            return Ok(None);
+        }
+        to_result(ret)?;
+        let sock = NonNull::new(new).ok_or(ENOMEM)?;
+        // SAFETY: `sock` is the accepted, valid TCP socket.
+        unsafe { b::rsiw_sk_tune(sock.as_ptr(), false) };
+        // INVARIANT: accepted from a TCP listener.
+        Ok(Some(Self { sock, attach: None }))
+    }
+
+    /// Connects to `addr`, waiting until TCP is established or failed (may sleep for the
+    /// TCP connect timeout).
+    ///
+    /// # Errors
+    ///
+    /// What `kernel_connect()` returns (`ECONNREFUSED`, `ETIMEDOUT`, `ENETUNREACH`, ...).
+    pub(crate) fn connect(&self, addr: &SockAddr) -> Result {
+        let len = addr.len()?;
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::rsiw_sk_tune(self.sock.as_ptr(), false) };
+        // SAFETY: `self.sock` is valid; `addr` points to `len` valid octets.
+        to_result(unsafe { b::kernel_connect(self.sock.as_ptr(), addr.as_ptr().cast(), len, 0) })
+    }
+
+    /// The local address (after bind, connect or accept).
+    ///
+    /// # Errors
+    ///
+    /// What `kernel_getsockname()` returns.
+    pub(crate) fn local_addr(&self) -> Result<SockAddr> {
+        let a = SockAddr(super::Pod::zeroed());
+        // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
+        let ret = unsafe { b::kernel_getsockname(self.sock.as_ptr(), a.as_ptr()) };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(a)
+    }
+
+    /// The peer's address (connected sockets).
+    ///
+    /// # Errors
+    ///
+    /// What `kernel_getpeername()` returns (`ENOTCONN`).
+    pub(crate) fn peer_addr(&self) -> Result<SockAddr> {
+        let a = SockAddr(super::Pod::zeroed());
+        // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
+        let ret = unsafe { b::kernel_getpeername(self.sock.as_ptr(), a.as_ptr()) };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(a)
+    }
+
+    /// Attaches `obj` so that it receives this socket's events; a previous attachment is
+    /// replaced. `inherit`: the listener this socket was accepted from, if it was (its
+    /// callbacks were copied to this socket and its saved originals apply).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn attach<T: SockEvents>(&mut self, obj: Arc<T>, inherit: Option<&Socket>) -> Result {
+        self.detach();
+        let cb = KBox::new(Opaque::<b::rsiw_sk_cb>::uninit(), GFP_KERNEL)?;
+        // SAFETY: `cb` is valid for writes; all-zeroes is a valid `rsiw_sk_cb`, then the
+        // two fields the shim reads before attach are set.
+        unsafe {
+            cb.get().write(super::Pod::zeroed());
+            (*cb.get()).ctx = obj.into_foreign();
+            (*cb.get()).event = Some(event_c::<T>);
+        }
+        let parent = inherit
+            .and_then(|p| p.attach.as_ref())
+            .map_or(core::ptr::null(), |a| a.cb.get().cast_const());
+        // SAFETY: `self.sock` is valid; `cb` is initialised and stays valid and unmoved
+        // (boxed) until `detach()`; `parent` is null or a live attachment.
+        unsafe { b::rsiw_sk_attach(self.sock.as_ptr(), cb.get(), parent) };
+        // INVARIANT: attached with one reference of `obj`.
+        self.attach = Some(Attachment { cb, release: release_c::<T> });
+        Ok(())
+    }
+
+    /// Detaches the attached object (if any) and drops the attachment's reference. On
+    /// return no event callback runs or will start.
+    pub(crate) fn detach(&mut self) {
+        if let Some(a) = self.attach.take() {
+            // SAFETY: `self.sock` is valid and `a.cb` is its current attachment.
+            unsafe { b::rsiw_sk_detach(self.sock.as_ptr()) };
+            // SAFETY: detached, so nothing uses `ctx` any more; it holds the reference
+            // `attach()` took (type invariant).
+            unsafe { (a.release)((*a.cb.get()).ctx) };
+        }
+    }
+
+    /// Shuts down both directions (sends FIN; wakes the peer). The socket stays allocated.
+    pub(crate) fn shutdown(&self) {
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::kernel_sock_shutdown(self.sock.as_ptr(), b::sock_shutdown_cmd_SHUT_RDWR) };
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.detach();
+        // SAFETY: `self.sock` is valid and released exactly once, here (invariant).
+        unsafe { b::sock_release(self.sock.as_ptr()) };
+    }
+}
+
+impl core::ops::Deref for Socket {
+    type Target = SockOps;
+
+    fn deref(&self) -> &SockOps {
+        // SAFETY: `SockOps` is a transparent wrapper of the pointer, and `self.sock` is
+        // valid for the lifetime of `&self`.
+        unsafe { &*core::ptr::from_ref(&self.sock).cast::<SockOps>() }
+    }
+}
+
+impl core::ops::Deref for SockRef<'_> {
+    type Target = SockOps;
+
+    fn deref(&self) -> &SockOps {
+        // SAFETY: as for `Socket`; a `SockRef` is only made while the socket is valid.
+        unsafe { &*core::ptr::from_ref(&self.sock).cast::<SockOps>() }
+    }
+}
+
+/// The operations available on an owned or borrowed socket.
+///
+/// # Invariants
+///
+/// `0` is a valid TCP socket for the lifetime of the reference.
+#[repr(transparent)]
+pub(crate) struct SockOps(NonNull<b::socket>);
+
+impl SockOps {
+    /// The TCP state (see [`tcp_state`]).
+    pub(crate) fn state(&self) -> i32 {
+        // SAFETY: valid socket (invariant).
+        unsafe { b::rsiw_sk_state(self.0.as_ptr()) }
+    }
+
+    /// The pending socket error (positive errno, 0 for none).
+    pub(crate) fn error(&self) -> i32 {
+        // SAFETY: valid socket (invariant).
+        unsafe { b::rsiw_sk_err(self.0.as_ptr()) }
+    }
+
+    /// The current TCP MSS (octets of TCP payload per segment).
+    pub(crate) fn mss(&self) -> u32 {
+        // SAFETY: valid socket (invariant).
+        unsafe { b::rsiw_tcp_mss(self.0.as_ptr()) }
+    }
+
+    /// Queues the concatenation of `bufs` without waiting; returns how many octets TCP took
+    /// (fewer than asked when the send buffer filled). `more`: more data follows at once.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close, `EINVAL`
+    /// for more than 8 buffers.
+    pub(crate) fn send(&self, bufs: &[&[u8]], more: bool) -> Result<usize> {
+        let mut vec = [b::kvec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 8];
+        if bufs.len() > vec.len() {
+            return Err(EINVAL);
+        }
+        let mut total = 0usize;
+        for (v, buf) in vec.iter_mut().zip(bufs) {
+            v.iov_base = buf.as_ptr().cast_mut().cast();
+            v.iov_len = buf.len();
+            total += buf.len();
+        }
+        // SAFETY: valid socket; the kvecs describe live buffers that `kernel_sendmsg`
+        // only reads (it copies them) before returning.
+        let ret = unsafe {
+            b::rsiw_send_kvec(self.0.as_ptr(), vec.as_mut_ptr(), bufs.len(), total, more)
+        };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Hands `len` octets of `page` at `offset` to TCP without copying (splice); returns
+    /// how many octets TCP took.
+    ///
+    /// # Safety
+    ///
+    /// `page` is a valid page the caller holds a reference to; its contents in range stay
+    /// unchanged until the peer acknowledged them (TCP takes its own page reference).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`]; `EINVAL` if the range crosses the page.
+    pub(crate) unsafe fn send_page(
+        &self,
+        page: *mut b::page,
+        offset: u32,
+        len: usize,
+        more: bool,
+    ) -> Result<usize> {
+        // SAFETY: valid socket; `page` per the caller's contract.
+        let ret = unsafe { b::rsiw_send_page(self.0.as_ptr(), page, offset, len, more) };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Reads the receive queue through `tcp_read_sock()`: `actor` gets each chunk of data
+    /// in stream order and returns how many octets of it it consumed; reading stops at the
+    /// first chunk not consumed entirely (the rest stays queued). `locked`: the caller is
+    /// the socket's receive path ([`SockEvents::event`] for `DataReady`) or owns the
+    /// socket lock; otherwise the socket is locked for the read (may sleep). Returns the
+    /// octets consumed.
+    ///
+    /// # Errors
+    ///
+    /// `ENOTCONN` on a socket that is not connected.
+    pub(crate) fn read<F: FnMut(&SkbChunk<'_>) -> usize>(&self, locked: bool, mut actor: F) -> Result<usize> {
+        let ctx: *mut F = &mut actor;
+        // SAFETY: valid socket; `read_actor_c::<F>` receives `ctx`, a live `F`, only during
+        // this call.
+        let ret = unsafe { b::rsiw_tcp_read(self.0.as_ptr(), Some(read_actor_c::<F>), ctx.cast(), locked) };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+}
+
+/// Part of a received socket buffer: `len` octets from `offset` of `skb`.
+///
+/// # Invariants
+///
+/// `skb` is valid and holds `offset + len` octets for the lifetime `'a`.
+pub(crate) struct SkbChunk<'a> {
+    skb: *const b::sk_buff,
+    offset: u32,
+    len: usize,
+    _p: PhantomData<&'a b::sk_buff>,
+}
+
+impl SkbChunk<'_> {
+    /// The octets in the chunk.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `dst.len()` octets starting `at` octets into the chunk to `dst`.
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` if the range leaves the chunk.
+    pub(crate) fn copy_to(&self, at: usize, dst: &mut [u8]) -> Result {
+        let off = self.range(at, dst.len())?;
+        // SAFETY: `skb` holds the range (invariant and the check above); `dst` is valid for
+        // `dst.len()` octets of writes.
+        to_result(unsafe { b::rsiw_skb_copy_bits(self.skb, off, dst.as_mut_ptr().cast(), dst.len()) })
+    }
+
+    /// Copies `len` octets starting `at` octets into the chunk to `page` at `page_off`
+    /// (the range must not cross the page).
+    ///
+    /// # Safety
+    ///
+    /// `page` is a valid page the caller may write.
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` if a range leaves the chunk or the page.
+    pub(crate) unsafe fn copy_to_page(
+        &self,
+        at: usize,
+        page: *mut b::page,
+        page_off: u32,
+        len: u32,
+    ) -> Result {
+        let off = self.range(at, len as usize)?;
+        // SAFETY: `skb` holds the range; `page` per the caller's contract; the shim checks
+        // the page range.
+        to_result(unsafe { b::rsiw_skb_copy_to_page(self.skb, off, page, page_off, len) })
+    }
+
+    fn range(&self, at: usize, len: usize) -> Result<u32> {
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => {
+                u32::try_from(at).ok().and_then(|a| self.offset.checked_add(a)).ok_or(EFAULT)
+            }
+            _ => Err(EFAULT),
+        }
+    }
+}
+
+/// CRC32c (kernel library) over `len` octets of `page` at `page_off` (within the page),
+/// continuing `crc`.
+///
+/// # Safety
+///
+/// `page` is a valid page.
+pub(crate) unsafe fn crc32c_page(crc: u32, page: *mut b::page, page_off: u32, len: u32) -> u32 {
+    // SAFETY: per the caller's contract; the shim checks the range.
+    unsafe { b::rsiw_crc32c_page(crc, page, page_off, len) }
+}
+
+/// The `tcp_read_sock()` actor of [`SockOps::read`].
+///
+/// # Safety
+///
+/// `ctx` is the `F` of the running `read()`; `skb` holds `offset + len` octets.
+unsafe extern "C" fn read_actor_c<F: FnMut(&SkbChunk<'_>) -> usize>(
+    ctx: *mut c_void,
+    skb: *const b::sk_buff,
+    offset: u32,
+    len: usize,
+) -> usize {
+    // SAFETY: `ctx` is the `F` `SockOps::read` passed, alive for the whole read.
+    let f = unsafe { &mut *ctx.cast::<F>() };
+    // INVARIANT: `tcp_read_sock()` offers `len` octets of `skb` from `offset`.
+    let chunk = SkbChunk { skb, offset, len, _p: PhantomData };
+    f(&chunk).min(len)
+}
+
+/// The event function of an attachment of `T`.
+///
+/// # Safety
+///
+/// `ctx` is the attachment's reference of `T`, and the shim holds `sk_callback_lock`.
+unsafe extern "C" fn event_c<T: SockEvents>(
+    ctx: *mut c_void,
+    sock: *mut b::socket,
+    ev: b::rsiw_sk_event,
+) {
+    let ev = match ev {
+        b::rsiw_sk_event_RSIW_SK_DATA_READY => SockEvent::DataReady,
+        b::rsiw_sk_event_RSIW_SK_WRITE_SPACE => SockEvent::WriteSpace,
+        _ => SockEvent::StateChange,
+    };
+    let Some(sock) = NonNull::new(sock) else {
+        return;
+    };
+    // SAFETY: `ctx` came from `Arc::<T>::into_foreign` in `attach()` and is released only
+    // after `rsiw_sk_detach()`, which waits for this callback (the shim holds
+    // `sk_callback_lock` for reading around it).
+    let obj = unsafe { <Arc<T> as ForeignOwnable>::borrow(ctx) };
+    // The socket is valid while its callback runs; `sock` is `sk->sk_socket` of an
+    // attached socket.
+    T::event(obj, SockRef { sock, _p: PhantomData }, ev);
+}
+
+/// Gives back the reference of `T` an attachment held.
+///
+/// # Safety
+///
+/// `ctx` came from `Arc::<T>::into_foreign` and is not used afterwards.
+unsafe fn release_c<T: SockEvents>(ctx: *mut c_void) {
+    // SAFETY: `ctx` holds the reference `attach()` took with `into_foreign` (caller).
+    drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign(ctx) });
+}
