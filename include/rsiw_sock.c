@@ -14,6 +14,8 @@
 #include <net/sock.h>
 #include <net/tcp.h>
 
+#include <rdma/iw_cm.h>
+
 #include "rsiw_sock.h"
 
 /* The attachment of a socket, or NULL (also for a socket accepted from an rsiw listener). */
@@ -218,4 +220,20 @@ int rsiw_sockaddr_len(const struct sockaddr *addr)
 int rsiw_sk_family(const struct socket *sock)
 {
 	return sock->sk->sk_family;
+}
+
+void rsiw_sk_bind_dev(struct socket *sock, int ifindex)
+{
+	WRITE_ONCE(sock->sk->sk_bound_dev_if, ifindex);
+}
+
+void rsiw_sk_set_v6only(struct socket *sock, bool on)
+{
+	if (sock->sk->sk_family == AF_INET6)
+		sock->sk->sk_ipv6only = on;
+}
+
+bool rsiw_iw_cm_id_afonly(const struct iw_cm_id *cm_id)
+{
+	return cm_id->afonly;
 }

@@ -99,4 +99,14 @@ int rsiw_sockaddr_len(const struct sockaddr *addr);
 /* sock->sk->sk_family */
 int rsiw_sk_family(const struct socket *sock);
 
+/* sk->sk_bound_dev_if = ifindex (a listener on a wildcard address serves one netdev). */
+void rsiw_sk_bind_dev(struct socket *sock, int ifindex);
+
+/* IPV6_V6ONLY for an AF_INET6 socket. */
+void rsiw_sk_set_v6only(struct socket *sock, bool on);
+
+struct iw_cm_id;
+/* cm_id->afonly (a bit field). */
+bool rsiw_iw_cm_id_afonly(const struct iw_cm_id *cm_id);
+
 #endif /* RSIW_SOCK_H */

@@ -13,7 +13,9 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::{DeviceOps, IbDevice, NewDevice, UserResponse};
 use crate::sys::idtable::ArcTable;
 use crate::sys::link::LinkHandler;
+use crate::sys::iwcm::{CmId, ConnParam};
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
+use kernel::sync::Arc;
 use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
 use crate::sys::verbs::QpInit;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
@@ -354,6 +356,29 @@ impl DeviceOps for Device {
 
     fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Mr>) {
         Mr::dereg(dev, mr);
+    }
+
+    type Listener = crate::cm::Listener;
+    type Cep = crate::cm::Cep;
+
+    fn iw_create_listen(dev: &IbDevice<Self>, id: CmId<Self>, backlog: i32) -> Result<Arc<Self::Listener>> {
+        crate::cm::Listener::create(dev, id, backlog)
+    }
+
+    fn iw_destroy_listen(_dev: &IbDevice<Self>, l: Arc<Self::Listener>) {
+        l.destroy();
+    }
+
+    fn iw_connect(dev: &IbDevice<Self>, id: CmId<Self>, param: ConnParam) -> Result {
+        crate::cm::Cep::connect(dev, id, param)
+    }
+
+    fn iw_accept(_dev: &IbDevice<Self>, cep: Arc<Self::Cep>, id: CmId<Self>, param: ConnParam) -> Result {
+        crate::cm::Cep::accept(cep, id, param)
+    }
+
+    fn iw_reject(_dev: &IbDevice<Self>, cep: Arc<Self::Cep>, pdata: &[u8]) -> Result {
+        crate::cm::Cep::reject(cep, pdata)
     }
 }
 

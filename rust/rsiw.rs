@@ -10,6 +10,7 @@ use kernel::prelude::*;
 pub mod engine;
 pub mod wire;
 
+mod cm;
 mod cq;
 mod crc;
 mod device;
@@ -45,6 +46,22 @@ module! {
         max_srq: u32 {
             default: 65536,
             description: "Maximum number of shared receive queues per rsiw device",
+        },
+        mpa_rev: u32 {
+            default: 2,
+            description: "MPA revision to request: 1 (RFC 5044) or 2 (RFC 6581, enhanced IRD/ORD and RTR)",
+        },
+        mpa_crc: bool {
+            default: false,
+            description: "Ask for MPA CRC32c on every connection (used when either side asks)",
+        },
+        mpa_markers: bool {
+            default: false,
+            description: "Ask the peer to send MPA markers (markers are always accepted when asked for)",
+        },
+        peer_to_peer: bool {
+            default: false,
+            description: "Request the RFC 6581 peer-to-peer model (an RTR message before the first ULP message)",
         },
         max_mr: u32 {
             default: 262144,

@@ -13,6 +13,7 @@
 
 use super::bindings;
 use super::idtable::RawIdTable;
+use super::iwcm::{copy_pdata, set_provider_data, take_provider_data, CmId, ConnParam};
 use super::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
 use super::verbs::QpInit;
@@ -21,7 +22,8 @@ use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::types::Opaque;
+use kernel::sync::Arc;
+use kernel::types::{ForeignOwnable, Opaque};
 
 /// The verbs a device type implements; called by the trampolines with safe references.
 ///
@@ -148,6 +150,21 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     fn mr_map_end(mr: &IbMr<Self::Mr>, iova: u64, len: u64, page_size: u32);
     /// `dereg_mr`: called before the MR data is dropped and the MR freed.
     fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Self::Mr>);
+
+    /// The driver data of a listening `iw_cm_id`.
+    type Listener: Send + Sync + 'static;
+    /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
+    type Cep: Send + Sync + 'static;
+    /// `iw_create_listen`: listens on `id`'s mapped local address.
+    fn iw_create_listen(dev: &IbDevice<Self>, id: CmId<Self>, backlog: i32) -> Result<Arc<Self::Listener>>;
+    /// `iw_destroy_listen`: stops listening.
+    fn iw_destroy_listen(dev: &IbDevice<Self>, l: Arc<Self::Listener>);
+    /// `iw_connect`: connects `id` with `param` (active side).
+    fn iw_connect(dev: &IbDevice<Self>, id: CmId<Self>, param: ConnParam) -> Result;
+    /// `iw_accept`: accepts the connection of `cep` on the new `id`.
+    fn iw_accept(dev: &IbDevice<Self>, cep: Arc<Self::Cep>, id: CmId<Self>, param: ConnParam) -> Result;
+    /// `iw_reject`: rejects the connection of `cep` with private data `pdata`.
+    fn iw_reject(dev: &IbDevice<Self>, cep: Arc<Self::Cep>, pdata: &[u8]) -> Result;
 }
 
 /// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
@@ -196,6 +213,7 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.iw_accept = Some(Self::iw_accept_c);
         ops.iw_reject = Some(Self::iw_reject_c);
         ops.iw_create_listen = Some(Self::iw_create_listen_c);
+        ops.iw_destroy_listen = Some(Self::iw_destroy_listen_c);
         ops.iw_get_qp = Some(Self::iw_get_qp_c);
         ops.iw_add_ref = Some(Self::iw_add_ref_c);
         ops.iw_rem_ref = Some(Self::iw_rem_ref_c);
@@ -426,49 +444,110 @@ impl<T: DeviceOps> IbDevice<T> {
         }
     }
 
+    /// `iw_connect`.
+    ///
     /// # Safety
     ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
+    /// Called only by iw_cm, through `IbDevice::<T>::OPS`, with a valid id of a live
+    /// device of this type and valid parameters.
     unsafe extern "C" fn iw_connect_c(
-        _cm_id: *mut bindings::iw_cm_id,
-        _param: *mut bindings::iw_cm_conn_param,
+        id: *mut bindings::iw_cm_id,
+        param: *mut bindings::iw_cm_conn_param,
     ) -> kernel::ffi::c_int {
-        EOPNOTSUPP.to_errno()
+        // SAFETY: per the caller.
+        let (dev, param) = unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param)) };
+        let Ok(param) = param else { return ENOMEM.to_errno() };
+        // SAFETY: a valid id of a running provider op.
+        let id = unsafe { CmId::<T>::from_raw(id) };
+        errno(T::iw_connect(dev, id, param))
     }
 
+    /// `iw_accept`: the id's `provider_data` holds the CEP of its CONNECT_REQUEST.
+    ///
     /// # Safety
     ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
+    /// As for `iw_connect_c`; `provider_data` was set from a CONNECT_REQUEST of this
+    /// driver (type invariant of `CmId`) and not taken yet.
     unsafe extern "C" fn iw_accept_c(
-        _cm_id: *mut bindings::iw_cm_id,
-        _param: *mut bindings::iw_cm_conn_param,
+        id: *mut bindings::iw_cm_id,
+        param: *mut bindings::iw_cm_conn_param,
     ) -> kernel::ffi::c_int {
-        EOPNOTSUPP.to_errno()
+        // SAFETY: per the caller.
+        let (dev, param, data) =
+            unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param), take_provider_data(id)) };
+        if data.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `data` came from `Arc::<T::Cep>::into_foreign` (see above), taken once.
+        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
+        let Ok(param) = param else { return ENOMEM.to_errno() };
+        // SAFETY: a valid id of a running provider op.
+        let id = unsafe { CmId::<T>::from_raw(id) };
+        errno(T::iw_accept(dev, cep, id, param))
     }
 
+    /// `iw_reject`.
+    ///
     /// # Safety
     ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
+    /// As for `iw_accept_c`; `pdata` holds `len` octets.
     unsafe extern "C" fn iw_reject_c(
-        _cm_id: *mut bindings::iw_cm_id,
-        _pdata: *const kernel::ffi::c_void,
-        _len: u8,
+        id: *mut bindings::iw_cm_id,
+        pdata: *const kernel::ffi::c_void,
+        len: u8,
     ) -> kernel::ffi::c_int {
-        EOPNOTSUPP.to_errno()
+        // SAFETY: per the caller.
+        let (dev, data) = unsafe { (Self::from_raw((*id).device), take_provider_data(id)) };
+        if data.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: as in `iw_accept_c`.
+        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
+        // SAFETY: per the caller.
+        let Ok(pd) = (unsafe { copy_pdata(pdata, usize::from(len)) }) else {
+            return ENOMEM.to_errno();
+        };
+        errno(T::iw_reject(dev, cep, &pd))
     }
 
+    /// `iw_create_listen`: the listener is kept in the id's `provider_data`.
+    ///
     /// # Safety
     ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
+    /// As for `iw_connect_c`.
     unsafe extern "C" fn iw_create_listen_c(
-        _cm_id: *mut bindings::iw_cm_id,
-        _backlog: kernel::ffi::c_int,
+        id: *mut bindings::iw_cm_id,
+        backlog: kernel::ffi::c_int,
     ) -> kernel::ffi::c_int {
-        EOPNOTSUPP.to_errno()
+        // SAFETY: per the caller.
+        let dev = unsafe { Self::from_raw((*id).device) };
+        // SAFETY: a valid id of a running provider op.
+        let cm_id = unsafe { CmId::<T>::from_raw(id) };
+        match T::iw_create_listen(dev, cm_id, backlog) {
+            Ok(l) => {
+                // SAFETY: a valid id; iw_cm keeps `provider_data` for the provider.
+                unsafe { set_provider_data(id, l.into_foreign()) };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// `iw_destroy_listen`.
+    ///
+    /// # Safety
+    ///
+    /// As for `iw_connect_c`, on an id `iw_create_listen_c` succeeded for.
+    unsafe extern "C" fn iw_destroy_listen_c(id: *mut bindings::iw_cm_id) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let (dev, data) = unsafe { (Self::from_raw((*id).device), take_provider_data(id)) };
+        if data.is_null() {
+            return 0;
+        }
+        // SAFETY: set by `iw_create_listen_c` from `Arc::<T::Listener>::into_foreign`.
+        let l = unsafe { <Arc<T::Listener> as ForeignOwnable>::from_foreign(data) };
+        T::iw_destroy_listen(dev, l);
+        0
     }
 }
 
@@ -663,12 +742,24 @@ impl<T: DeviceOps> NewDevice<T> {
         }
     }
 
-    /// Binds port 1 to `ndev` (`ib_device_set_netdev`).
+    /// Binds port 1 to `ndev` (`ib_device_set_netdev`) and names it for iw_cm
+    /// (`iw_ifname`, `IW_F_NO_PORT_MAP`).
     ///
     /// # Errors
     ///
     /// The error of `ib_device_set_netdev`.
     pub(crate) fn set_netdev(&mut self, ndev: &NetDev) -> Result {
+        {
+            // SAFETY: the unregistered device is exclusively ours (type invariant).
+            let dev = unsafe { &mut *self.raw() };
+            // iw_cm's port mapper names the interface; rsiw, like siw, uses real ports.
+            let name = ndev.name();
+            let n = name.len().min(dev.iw_ifname.len() - 1);
+            for (d, s) in dev.iw_ifname.iter_mut().zip(name[..n].iter()) {
+                *d = *s as kernel::ffi::c_char;
+            }
+            dev.iw_driver_flags = bindings::iw_flags_IW_F_NO_PORT_MAP;
+        }
         // SAFETY: the device and `ndev` are live; the core takes its own netdev reference.
         super::to_result(unsafe { bindings::ib_device_set_netdev(self.raw(), ndev.as_ptr(), 1) })
     }

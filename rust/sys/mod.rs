@@ -39,6 +39,7 @@ pub(crate) mod bindings {
 
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
+pub(crate) mod iwcm;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod obj;
@@ -79,6 +80,8 @@ unsafe impl Pod for bindings::siw_sge {}
 unsafe impl Pod for bindings::__kernel_sockaddr_storage {}
 // SAFETY: a raw pointer and nullable function pointers.
 unsafe impl Pod for bindings::rsiw_sk_cb {}
+// SAFETY: integers, socket address storage and raw pointers.
+unsafe impl Pod for bindings::iw_cm_event {}
 
 /// Converts a C return value (0 or a negative errno) into a [`Result`].
 pub(crate) fn to_result(ret: kernel::ffi::c_int) -> Result {

@@ -7,7 +7,6 @@
 //! shim `include/rsiw_sock.c`; here it becomes [`SockEvents`], a trait whose single method
 //! runs in softirq or process context and must not sleep.
 
-#![allow(dead_code)]
 use super::bindings as b;
 use super::to_result;
 use core::ffi::c_void;
@@ -39,12 +38,14 @@ pub(crate) trait SockEvents: Send + Sync + 'static {
 /// TCP states of [`Socket::state`] (`TCP_*` in `include/net/tcp_states.h`).
 pub(crate) mod tcp_state {
     /// Connection established.
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) const ESTABLISHED: i32 = 1;
     /// Closed.
     pub(crate) const CLOSE: i32 = 7;
     /// The peer closed its side (FIN received).
     pub(crate) const CLOSE_WAIT: i32 = 8;
     /// Listening.
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) const LISTEN: i32 = 10;
 }
 
@@ -52,6 +53,11 @@ pub(crate) mod tcp_state {
 /// network order as the kernel keeps them).
 #[derive(Clone, Copy)]
 pub(crate) struct SockAddr(b::__kernel_sockaddr_storage);
+
+// SAFETY: plain data; the pointer in the storage union only forces its alignment.
+unsafe impl Send for SockAddr {}
+// SAFETY: as above.
+unsafe impl Sync for SockAddr {}
 
 impl SockAddr {
     /// A copy of `ss`.
@@ -64,6 +70,23 @@ impl SockAddr {
     pub(crate) fn family(&self) -> u16 {
         // SAFETY: every variant of the union starts with the family (integers only).
         unsafe { self.0.__bindgen_anon_1.__bindgen_anon_1.ss_family }
+    }
+
+    /// Whether the address is the IPv4 or IPv6 wildcard (any address).
+    pub(crate) fn is_wildcard(&self) -> bool {
+        // SAFETY: the storage is large enough for both `sockaddr_in` and `sockaddr_in6`
+        // and every bit pattern is a valid one of those.
+        unsafe {
+            let p = core::ptr::from_ref(&self.0);
+            match u32::from(self.family()) {
+                b::AF_INET => (*p.cast::<b::sockaddr_in>()).sin_addr.s_addr == 0,
+                b::AF_INET6 => {
+                    let a = (*p.cast::<b::sockaddr_in6>()).sin6_addr.in6_u.u6_addr8;
+                    a.iter().all(|&x| x == 0)
+                }
+                _ => false,
+            }
+        }
     }
 
     /// The storage, for `iw_cm` structures.
@@ -149,6 +172,7 @@ impl Socket {
     }
 
     /// The socket as events see it.
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) fn as_ref(&self) -> SockRef<'_> {
         SockRef { sock: self.sock, _p: PhantomData }
     }
@@ -163,6 +187,18 @@ impl Socket {
         let len = addr.len()?;
         // SAFETY: `self.sock` is valid (invariant); `addr` points to `len` valid octets.
         to_result(unsafe { b::kernel_bind(self.sock.as_ptr(), addr.as_ptr().cast(), len) })
+    }
+
+    /// Restricts the socket to the netdev `ifindex` (`SO_BINDTODEVICE`).
+    pub(crate) fn bind_to_netdev(&self, ifindex: i32) {
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::rsiw_sk_bind_dev(self.sock.as_ptr(), ifindex) };
+    }
+
+    /// Sets `IPV6_V6ONLY` (ignored for IPv4 sockets).
+    pub(crate) fn set_v6only(&self, on: bool) {
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::rsiw_sk_set_v6only(self.sock.as_ptr(), on) };
     }
 
     /// Starts listening with a backlog of `backlog` connections (after [`Self::bind`]).
@@ -333,12 +369,14 @@ impl SockOps {
     }
 
     /// The pending socket error (positive errno, 0 for none).
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) fn error(&self) -> i32 {
         // SAFETY: valid socket (invariant).
         unsafe { b::rsiw_sk_err(self.0.as_ptr()) }
     }
 
     /// The current TCP MSS (octets of TCP payload per segment).
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) fn mss(&self) -> u32 {
         // SAFETY: valid socket (invariant).
         unsafe { b::rsiw_tcp_mss(self.0.as_ptr()) }
@@ -384,6 +422,7 @@ impl SockOps {
     /// # Errors
     ///
     /// As [`Self::send`]; `EINVAL` if the range crosses the page.
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) unsafe fn send_page(
         &self,
         page: *mut b::page,
@@ -461,6 +500,7 @@ impl SkbChunk<'_> {
     /// # Errors
     ///
     /// `EFAULT` if a range leaves the chunk or the page.
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) unsafe fn copy_to_page(
         &self,
         at: usize,
@@ -490,6 +530,7 @@ impl SkbChunk<'_> {
 /// # Safety
 ///
 /// `page` is a valid page.
+#[expect(dead_code, reason = "used by the transport (data-path slice)")]
 pub(crate) unsafe fn crc32c_page(crc: u32, page: *mut b::page, page_off: u32, len: u32) -> u32 {
     // SAFETY: per the caller's contract; the shim checks the range.
     unsafe { b::rsiw_crc32c_page(crc, page, page_off, len) }

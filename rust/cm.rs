@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Connection management: the iw_cm provider operations over kernel TCP sockets, with MPA
+//! startup (RFC 5044 §7.1, RFC 6581) run by the protocol core's [`Startup`] engine.
+//!
+//! Objects and owners:
+//! - [`Listener`]: one listening socket per listening `iw_cm_id`; the id's
+//!   `provider_data` owns it from `iw_create_listen` to `iw_destroy_listen`.
+//! - [`Cep`] (connection endpoint): one TCP connection from the start of MPA startup to its
+//!   hand-over to the QP's transport (or its failure). The socket's callback attachment,
+//!   the work item while queued, and — on the passive side — the new `iw_cm_id`'s
+//!   `provider_data` (from CONNECT_REQUEST until accept or reject) each own a reference.
+//!
+//! All protocol work runs in the CEP's work item (process context): socket callbacks only
+//! queue it. Events to iw_cm follow its state machine: one CONNECT_REPLY per accepted
+//! `iw_connect`, ESTABLISHED after a successful `iw_accept`, nothing else before that.
+//!
+//! Not yet here (tracked in the data-path issue): the transport that takes an established
+//! connection. Until it exists, `iw_accept` closes the connection and fails with
+//! `EOPNOTSUPP`, and a connect the peer accepted reports CONNECT_REPLY with `-EOPNOTSUPP`;
+//! rejects (with private data) work end to end. Startup timeouts are missing too.
+
+use crate::device::Device;
+use crate::engine::startup::{Config, EnhancedConfig, Mode, Startup, Status};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
+use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
+use crate::wire::mpa::RtrSet;
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+/// Listen backlog ceiling (the consumer's backlog is clamped to it).
+const MAX_BACKLOG: i32 = 128;
+
+/// The MPA startup configuration from the module parameters.
+fn startup_config(ird: u32, ord: u32) -> Config {
+    let p = &crate::module_parameters::mpa_rev;
+    let mode = if p.value() == 1 {
+        Mode::Basic
+    } else {
+        Mode::Enhanced(EnhancedConfig {
+            ird: ird.min(0x3FFE) as u16,
+            ord: ord.min(0x3FFE) as u16,
+            p2p: crate::module_parameters::peer_to_peer.value(),
+            rtr: RtrSet::ALL,
+        })
+    };
+    Config {
+        mode,
+        crc: crate::module_parameters::mpa_crc.value(),
+        markers: crate::module_parameters::mpa_markers.value(),
+        permissive_rev0: false,
+    }
+}
+
+/// A listening endpoint.
+#[pin_data]
+pub(crate) struct Listener {
+    id: CmId<Device>,
+    #[pin]
+    sock: Mutex<Option<Socket>>,
+    #[pin]
+    work: Work<Listener>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Listener { self.work }
+}
+
+impl Listener {
+    /// `iw_create_listen`: listens on the id's (mapped) local address; a wildcard address
+    /// serves only this device's netdev.
+    pub(crate) fn create(dev: &IbDevice<Device>, id: CmId<Device>, backlog: i32) -> Result<Arc<Self>> {
+        let ndev = dev.netdev().ok_or(ENODEV)?;
+        let addr = id.mapped_local_addr();
+        let mut sock = Socket::tcp(ndev.net(), addr.family())?;
+        if addr.is_wildcard() {
+            sock.bind_to_netdev(ndev.ifindex());
+        }
+        sock.set_v6only(id.afonly());
+        sock.bind(&addr).inspect_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("listen: bind failed ({e:?})\n");
+            }
+        })?;
+        let l = Arc::pin_init(
+            pin_init!(Self { id, sock <- new_mutex!(None), work <- new_work!("rsiw_listener") }),
+            GFP_KERNEL,
+        )?;
+        sock.attach(l.clone(), None)?;
+        sock.listen(backlog.clamp(1, MAX_BACKLOG))?;
+        *l.sock.lock() = Some(sock);
+        Ok(l)
+    }
+
+    /// `iw_destroy_listen`: closes the listening socket. Connections already accepted but
+    /// not yet reported are closed by their own work item when they find the listener gone.
+    pub(crate) fn destroy(&self) {
+        // Dropping the socket detaches it (no more events) and releases it.
+        drop(self.sock.lock().take());
+    }
+
+    fn accept_all(this: &Arc<Self>) {
+        let guard = this.sock.lock();
+        let Some(sock) = guard.as_ref() else { return };
+        loop {
+            match sock.accept() {
+                Ok(Some(child)) => {
+                    if let Err(e) = Cep::passive(this.clone(), child, sock) {
+                        if crate::sys::ratelimit() {
+                            pr_warn!("listen: dropping a connection ({e:?})\n");
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    if crate::sys::ratelimit() {
+                        pr_warn!("listen: accept failed ({e:?})\n");
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl SockEvents for Listener {
+    fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
+        if ev == SockEvent::DataReady {
+            let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+        }
+    }
+}
+
+impl WorkItem for Listener {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        Self::accept_all(&this);
+    }
+}
+
+/// Where a CEP is in its life.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// Active: MPA Request sent (or being sent), waiting for the Reply.
+    AwaitReply,
+    /// Passive: waiting for the peer's MPA Request.
+    AwaitRequest,
+    /// Passive: CONNECT_REQUEST reported, waiting for the consumer's accept or reject.
+    AwaitAccept,
+    /// Startup done; the connection belongs to the transport (or is being handed over).
+    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
+    Established,
+    /// Failed, rejected or closed; the socket is gone.
+    Closed,
+}
+
+/// The mutable part of a CEP.
+struct Inner {
+    state: State,
+    sock: Option<Socket>,
+    startup: Option<KBox<Startup>>,
+    /// Active: the connecting id. Passive: the new id once accepted.
+    id: Option<CmId<Device>>,
+    /// Passive: the listener, until CONNECT_REQUEST is reported.
+    listener: Option<Arc<Listener>>,
+    /// The socket's local and peer addresses.
+    addrs: Option<(SockAddr, SockAddr)>,
+}
+
+/// A connection endpoint (see the module documentation).
+#[pin_data]
+pub(crate) struct Cep {
+    #[pin]
+    inner: Mutex<Inner>,
+    #[pin]
+    work: Work<Cep>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Cep { self.work }
+}
+
+impl Cep {
+    fn new(state: State, id: Option<CmId<Device>>, listener: Option<Arc<Listener>>) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                inner <- new_mutex!(Inner { state, sock: None, startup: None, id, listener, addrs: None }),
+                work <- new_work!("rsiw_cep"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// A connection accepted by `listener`: waits for the peer's MPA Request.
+    fn passive(listener: Arc<Listener>, mut sock: Socket, lsock: &Socket) -> Result {
+        let startup = KBox::new(Startup::responder(startup_config(0x3FFE, 0x3FFE)).map_err(|_| EINVAL)?, GFP_KERNEL)?;
+        let addrs = (sock.local_addr()?, sock.peer_addr()?);
+        let cep = Self::new(State::AwaitRequest, None, Some(listener))?;
+        sock.attach(cep.clone(), Some(lsock))?;
+        {
+            let mut g = cep.inner.lock();
+            g.sock = Some(sock);
+            g.startup = Some(startup);
+            g.addrs = Some(addrs);
+        }
+        // Data may have arrived before the attachment.
+        let _ = workqueue::system().enqueue(cep);
+        Ok(())
+    }
+
+    /// `iw_connect`: connects TCP (waiting), sends the MPA Request with the consumer's
+    /// private data; the Reply is handled by the work item, which reports CONNECT_REPLY.
+    pub(crate) fn connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
+        let ndev = dev.netdev().ok_or(ENODEV)?;
+        let cfg = startup_config(param.ird, param.ord);
+        let startup = KBox::new(Startup::initiator(cfg, &param.private_data).map_err(|_| EINVAL)?, GFP_KERNEL)?;
+        let remote = id.mapped_remote_addr();
+        let mut sock = Socket::tcp(ndev.net(), remote.family())?;
+        let local = id.mapped_local_addr();
+        sock.bind(&local)?;
+        sock.connect(&remote)?;
+        let addrs = (sock.local_addr()?, sock.peer_addr()?);
+        let cep = Self::new(State::AwaitReply, Some(id), None)?;
+        sock.attach(cep.clone(), None)?;
+        {
+            let mut g = cep.inner.lock();
+            g.sock = Some(sock);
+            g.startup = Some(startup);
+            g.addrs = Some(addrs);
+            Self::flush_tx(&mut g)?;
+        }
+        let _ = workqueue::system().enqueue(cep);
+        Ok(())
+    }
+
+    /// `iw_accept`: would send the MPA Reply and hand the connection to the QP's
+    /// transport. The transport does not exist yet, so the connection is closed (the
+    /// peer sees MPA startup fail) and `EOPNOTSUPP` returned, as for any verb rsiw does not
+    /// implement.
+    pub(crate) fn accept(this: Arc<Self>, _id: CmId<Device>, _param: ConnParam) -> Result {
+        let mut g = this.inner.lock();
+        if g.state != State::AwaitAccept {
+            return Err(EINVAL);
+        }
+        Self::close_locked(&mut g);
+        if crate::sys::ratelimit() {
+            pr_warn!("accept: rsiw has no RDMA transport yet; connection closed\n");
+        }
+        Err(EOPNOTSUPP)
+    }
+
+    /// `iw_reject`: sends an MPA Reply with R=1 and the consumer's private data, then closes.
+    pub(crate) fn reject(this: Arc<Self>, pdata: &[u8]) -> Result {
+        let mut g = this.inner.lock();
+        if g.state != State::AwaitAccept {
+            return Err(EINVAL);
+        }
+        let r = match g.startup.as_mut() {
+            Some(st) => st.reject(pdata).map_err(|_| EINVAL),
+            None => Err(EINVAL),
+        };
+        let r = r.and_then(|()| Self::flush_tx(&mut g));
+        Self::close_locked(&mut g);
+        r
+    }
+
+    /// Sends what the startup engine has pending (the socket buffer takes a whole startup
+    /// frame: at most 532 octets).
+    fn flush_tx(g: &mut Inner) -> Result {
+        let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_mut()) else {
+            return Err(ENOTCONN);
+        };
+        while !st.tx_pending().is_empty() {
+            let n = sock.send(&[st.tx_pending()], false)?;
+            st.tx_advance(n);
+        }
+        Ok(())
+    }
+
+    /// Feeds what the socket holds to the startup engine; returns its status.
+    fn receive(g: &mut Inner) -> Status {
+        let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_mut()) else {
+            return Status::Rejected;
+        };
+        let mut buf = [0u8; 128];
+        let _ = sock.read(false, |chunk| {
+            let mut used = 0;
+            while used < chunk.len() {
+                let n = (chunk.len() - used).min(buf.len());
+                if chunk.copy_to(used, &mut buf[..n]).is_err() {
+                    break;
+                }
+                match st.feed(&buf[..n]) {
+                    Ok(k) => {
+                        used += k;
+                        if k < n {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            used
+        });
+        let peer_gone = matches!(sock.state(), tcp_state::CLOSE | tcp_state::CLOSE_WAIT);
+        if peer_gone && !matches!(st.status(), Status::Established | Status::Rejected | Status::Failed(_)) {
+            let _ = st.peer_closed();
+        }
+        st.status()
+    }
+
+    fn close_locked(g: &mut Inner) {
+        g.state = State::Closed;
+        if let Some(s) = g.sock.as_ref() {
+            s.shutdown();
+        }
+        g.sock = None;
+        g.startup = None;
+        g.listener = None;
+    }
+
+    fn run_locked(this: &Arc<Self>, g: &mut Inner) {
+        match g.state {
+            State::AwaitRequest => match Self::receive(g) {
+                Status::RequestReceived => {
+                    let Some(l) = g.listener.take() else { return Self::close_locked(g) };
+                    let Some(peer) = g.startup.as_ref().and_then(|s| s.peer().copied()) else {
+                        return Self::close_locked(g);
+                    };
+                    let (ird, ord) = peer
+                        .enhanced
+                        .map_or((0, 0), |e| (u32::from(e.ird), u32::from(e.ord)));
+                    let ev = CmEvent {
+                        kind: CmEventKind::ConnectRequest,
+                        status: 0,
+                        addrs: g.addrs,
+                        private_data: peer.private_data.as_slice(),
+                        ird,
+                        ord,
+                    };
+                    g.state = State::AwaitAccept;
+                    if l.id.connect_request(&ev, this.clone()).is_err() {
+                        Self::close_locked(g);
+                    }
+                }
+                Status::AwaitingRequest => {}
+                _ => Self::close_locked(g),
+            },
+            State::AwaitReply => {
+                let status = Self::receive(g);
+                let (code, pd): (i32, KVec<u8>) = match status {
+                    Status::AwaitingReply => return,
+                    Status::Established => {
+                        // The peer accepted, but there is no transport to run the
+                        // connection yet (see `accept`): a connect error for the consumer.
+                        if crate::sys::ratelimit() {
+                            pr_warn!("connect: rsiw has no RDMA transport yet; connection closed\n");
+                        }
+                        (-(crate::sys::bindings::EOPNOTSUPP as i32), KVec::new())
+                    }
+                    Status::Rejected => {
+                        let pd = g
+                            .startup
+                            .as_ref()
+                            .and_then(|s| s.peer())
+                            .map(|p| p.private_data.as_slice())
+                            .unwrap_or(&[]);
+                        let mut v = KVec::new();
+                        let _ = v.extend_from_slice(pd, GFP_KERNEL);
+                        (-(crate::sys::bindings::ECONNREFUSED as i32), v)
+                    }
+                    _ => (-(crate::sys::bindings::ECONNRESET as i32), KVec::new()),
+                };
+                let addrs = g.addrs;
+                Self::close_locked(g);
+                if let Some(id) = g.id.take() {
+                    let ev = CmEvent { kind: CmEventKind::ConnectReply, status: code, addrs, private_data: &pd, ird: 0, ord: 0 };
+                    let _ = id.event(&ev);
+                }
+            }
+            State::AwaitAccept => {
+                if matches!(g.sock.as_ref().map(|s| s.state()), Some(tcp_state::CLOSE | tcp_state::CLOSE_WAIT)) {
+                    // The peer left before the consumer answered; accept or reject will
+                    // fail with EINVAL on the closed CEP.
+                    Self::close_locked(g);
+                }
+            }
+            State::Established | State::Closed => {}
+        }
+    }
+}
+
+impl SockEvents for Cep {
+    fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
+        if ev != SockEvent::WriteSpace {
+            let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+        }
+    }
+}
+
+impl WorkItem for Cep {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        let mut g = this.inner.lock();
+        Self::run_locked(&this, &mut g);
+    }
+}
