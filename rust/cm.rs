@@ -214,14 +214,36 @@ impl Cep {
     /// `iw_connect`: connects TCP (waiting), sends the MPA Request with the consumer's
     /// private data; the Reply is handled by the work item, which reports CONNECT_REPLY.
     pub(crate) fn connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
+        Self::do_connect(dev, id, param).inspect_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("connect: failed ({e:?})\n");
+            }
+        })
+    }
+
+    fn do_connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
         let ndev = dev.netdev().ok_or(ENODEV)?;
         let cfg = startup_config(param.ird, param.ord);
-        let startup = KBox::new(Startup::initiator(cfg, &param.private_data).map_err(|_| EINVAL)?, GFP_KERNEL)?;
+        let startup = Startup::initiator(cfg, &param.private_data).map_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("connect: MPA Request refused ({e:?})\n");
+            }
+            EINVAL
+        })?;
+        let startup = KBox::new(startup, GFP_KERNEL)?;
         let remote = id.mapped_remote_addr();
         let mut sock = Socket::tcp(ndev.net(), remote.family())?;
         let local = id.mapped_local_addr();
-        sock.bind(&local)?;
-        sock.connect(&remote)?;
+        sock.bind(&local).inspect_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("connect: bind failed ({e:?})\n");
+            }
+        })?;
+        sock.connect(&remote).inspect_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("connect: TCP connect failed ({e:?})\n");
+            }
+        })?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
         let cep = Self::new(State::AwaitReply, Some(id), None)?;
         sock.attach(cep.clone(), None)?;
@@ -347,7 +369,12 @@ impl Cep {
                     }
                 }
                 Status::AwaitingRequest => {}
-                _ => Self::close_locked(g),
+                other => {
+                    if crate::sys::ratelimit() {
+                        pr_warn!("MPA startup (responder) ended: {other:?}\n");
+                    }
+                    Self::close_locked(g)
+                }
             },
             State::AwaitReply => {
                 let status = Self::receive(g);
@@ -372,7 +399,12 @@ impl Cep {
                         let _ = v.extend_from_slice(pd, GFP_KERNEL);
                         (-(crate::sys::bindings::ECONNREFUSED as i32), v)
                     }
-                    _ => (-(crate::sys::bindings::ECONNRESET as i32), KVec::new()),
+                    other => {
+                        if crate::sys::ratelimit() {
+                            pr_warn!("MPA startup (initiator) ended: {other:?}\n");
+                        }
+                        (-(crate::sys::bindings::ECONNRESET as i32), KVec::new())
+                    }
                 };
                 let addrs = g.addrs;
                 Self::close_locked(g);
