@@ -635,6 +635,10 @@ impl<T: DeviceOps> NewDevice<T> {
         unsafe {
             bindings::ib_set_device_ops(raw.as_ptr(), Self::ops());
             (*raw.as_ptr()).ops.owner = super::this_module();
+            // The siw user ABI's SQ doorbell is the legacy POST_SEND write command with an
+            // empty list, which the core enables only for drivers that ask for it.
+            (*raw.as_ptr()).uverbs_cmd_mask |=
+                1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
         }
         // INVARIANT: allocated, data initialised, ops installed, not registered.
         Ok(Self { ptr: this })

@@ -297,9 +297,11 @@ def test_doorbell_in_reset_fails(ctx):
     cq = CQ(ctx, 16)
     mr = MR(pd, 4096, ACCESS)
     qp = make_qp(pd, cq)
-    with pytest.raises(PyverbsRDMAError) as ei:
+    # The siw library returns the doorbell write's -1 (errno is not kept by pyverbs):
+    # the kernel's reason is in the log.
+    with pytest.raises(PyverbsRDMAError):
         qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)]))
-    assert errno_of(ei) == errno.EINVAL
+    assert "post_send in RESET" in dmesg_tail()
 
 
 def test_srq_qp_error_keeps_srq_wqes_and_reports_last_wqe(ctx):
