@@ -261,12 +261,11 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool) -> Result<SendWqe, BadW
     })
 }
 
-/// The opcode to report for a flushed SQE: its own if the user ABI's completion table
-/// covers it, `SIW_OP_SEND` for garbage a user wrote.
+/// The opcode to report for a flushed SQE: its own if it indexes the user library's
+/// completion opcode table (`SIW_NUM_OPCODES` entries), `SIW_OP_SEND` for garbage a user
+/// wrote (the library would index past its table).
 fn flush_opcode(op: u8) -> u8 {
-    if u32::from(op) <= b::siw_opcode_SIW_OP_RECEIVE || u32::from(op) == b::siw_opcode_SIW_OP_INVAL_STAG
-        || u32::from(op) == b::siw_opcode_SIW_OP_REG_MR
-    {
+    if u32::from(op) < b::siw_opcode_SIW_NUM_OPCODES {
         op
     } else {
         b::siw_opcode_SIW_OP_SEND as u8
@@ -786,6 +785,8 @@ mod tests {
         assert_eq!(flush_opcode(b::siw_opcode_SIW_OP_WRITE as u8), b::siw_opcode_SIW_OP_WRITE as u8);
         assert_eq!(flush_opcode(b::siw_opcode_SIW_OP_RECEIVE as u8), b::siw_opcode_SIW_OP_RECEIVE as u8);
         assert_eq!(flush_opcode(b::siw_opcode_SIW_OP_READ_RESPONSE as u8), b::siw_opcode_SIW_OP_READ_RESPONSE as u8);
+        assert_eq!(flush_opcode(b::siw_opcode_SIW_OP_REG_MR as u8), b::siw_opcode_SIW_OP_REG_MR as u8);
+        assert_eq!(flush_opcode(b::siw_opcode_SIW_NUM_OPCODES as u8), b::siw_opcode_SIW_OP_SEND as u8);
         assert_eq!(flush_opcode(99), b::siw_opcode_SIW_OP_SEND as u8);
         assert_eq!(flush_opcode(255), b::siw_opcode_SIW_OP_SEND as u8);
     }
