@@ -84,11 +84,14 @@ void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev)
 	ib_mark_name_assigned_by_user(ibdev);
 }
 
-static DEFINE_RATELIMIT_STATE(rsiw_rs, DEFAULT_RATELIMIT_INTERVAL, DEFAULT_RATELIMIT_BURST);
+static struct ratelimit_state rsiw_rs[RSIW_RATELIMIT_SITES] = {
+	[0 ... RSIW_RATELIMIT_SITES - 1] = RATELIMIT_STATE_INIT(rsiw_rs, DEFAULT_RATELIMIT_INTERVAL,
+								DEFAULT_RATELIMIT_BURST),
+};
 
-bool rsiw_ratelimit(void)
+bool rsiw_ratelimit(unsigned int site)
 {
-	return __ratelimit(&rsiw_rs);
+	return __ratelimit(&rsiw_rs[site % RSIW_RATELIMIT_SITES]);
 }
 
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)

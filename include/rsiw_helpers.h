@@ -54,8 +54,13 @@ size_t rsiw_udata_inlen(const struct ib_udata *udata);
 /* ib_mark_name_assigned_by_user() */
 void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev);
 
-/* __ratelimit() over one rsiw-wide state (DEFAULT_RATELIMIT_INTERVAL/BURST). */
-bool rsiw_ratelimit(void);
+/*
+ * __ratelimit() over one of RSIW_RATELIMIT_SITES states (DEFAULT_RATELIMIT_INTERVAL/BURST)
+ * chosen by site % RSIW_RATELIMIT_SITES: each message site gets its own budget, as with
+ * pr_err_ratelimited(), up to collisions.
+ */
+#define RSIW_RATELIMIT_SITES 64
+bool rsiw_ratelimit(unsigned int site);
 
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);

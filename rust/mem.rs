@@ -101,6 +101,7 @@ impl Device {
     }
 }
 
+#[track_caller]
 fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
     if crate::sys::ratelimit() {
         pr_err!("{what}\n");

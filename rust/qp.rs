@@ -159,6 +159,7 @@ pub(crate) struct Qp {
     destroying: AtomicBool,
 }
 
+#[track_caller]
 fn invalid(qpn: u32, what: core::fmt::Arguments<'_>) -> Error {
     if crate::sys::ratelimit() {
         pr_err!("QP {qpn}: {what}\n");

@@ -45,6 +45,7 @@ pub(crate) struct Srq {
     state: SpinLockIrq<State>,
 }
 
+#[track_caller]
 fn invalid(what: core::fmt::Arguments<'_>) -> Error {
     if crate::sys::ratelimit() {
         pr_err!("SRQ: {what}\n");
