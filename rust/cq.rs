@@ -16,7 +16,8 @@
 
 use crate::device::{take_slot, Device};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbCq;
 use crate::sys::ring::{cqe_inval_stag, cqe_qp, Ring};
 use crate::sys::Pod;

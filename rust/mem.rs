@@ -17,7 +17,8 @@
 
 use crate::device::{take_slot, Device, SlotGuard};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::{IbMr, PdId};
 use crate::sys::umem::UMem;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -14,7 +14,8 @@
 use crate::device::{take_slot, Device, SlotGuard};
 use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbSrq;
 use crate::sys::ring::Ring;
 use crate::sys::wr::{PostError, RecvWr, WrList};

@@ -44,6 +44,7 @@ pub(crate) mod netdev;
 pub(crate) mod obj;
 pub(crate) mod ring;
 pub(crate) mod umap;
+pub(crate) mod udata;
 pub(crate) mod umem;
 pub(crate) mod verbs;
 pub(crate) mod wr;

@@ -25,7 +25,7 @@
 
 use super::bindings;
 use super::umap::MmapEntry;
-use super::ibdev::UserResponse;
+use super::udata::UserResponse;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
