@@ -13,6 +13,8 @@ pub mod wire;
 mod cq;
 mod crc;
 mod device;
+#[cfg(CONFIG_KUNIT = "y")]
+mod kverbs_test;
 mod mem;
 mod qp;
 mod srq;

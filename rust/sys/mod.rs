@@ -39,6 +39,8 @@ pub(crate) mod bindings {
 
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
+#[cfg(CONFIG_KUNIT = "y")]
+pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod obj;

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import load_rsiw, sh, unload_rsiw
 
-SUITES = ["rsiw_crc32c", "rsiw_verbs"]
+SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs"]
 
 
 @pytest.mark.skipif(os.environ.get("RSIW_KERNEL") != "debug", reason="KUnit is built in only on the debug kernel")
