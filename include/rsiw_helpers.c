@@ -6,6 +6,7 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
+#include <linux/scatterlist.h>
 #include <linux/vmalloc.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
@@ -128,6 +129,21 @@ struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size
 				 int access)
 {
 	return ib_umem_get_va(dev, addr, size, access);
+}
+
+u64 rsiw_sg_dma_address(const struct scatterlist *sg)
+{
+	return sg_dma_address(sg);
+}
+
+unsigned int rsiw_sg_dma_len(const struct scatterlist *sg)
+{
+	return sg_dma_len(sg);
+}
+
+struct scatterlist *rsiw_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
 }
 
 void rsiw_xa_init_alloc(struct xarray *xa)

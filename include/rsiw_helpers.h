@@ -17,6 +17,7 @@ struct module;
 struct net;
 struct net_device;
 struct rdma_user_mmap_entry;
+struct scatterlist;
 struct uverbs_attr_bundle;
 struct xarray;
 
@@ -81,6 +82,11 @@ u64 rsiw_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 /* ib_umem_get_va(): an ib_umem or an ERR_PTR. */
 struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size_t size,
 				 int access);
+
+/* sg_dma_address(), sg_dma_len(), sg_next() */
+u64 rsiw_sg_dma_address(const struct scatterlist *sg);
+unsigned int rsiw_sg_dma_len(const struct scatterlist *sg);
+struct scatterlist *rsiw_sg_next(struct scatterlist *sg);
 
 /*
  * xarrays with ID allocation whose lock is taken with interrupts disabled (the lookups

@@ -2,9 +2,9 @@
 
 //! KUnit suite `rsiw_kverbs`: rsiw's verbs as a kernel consumer sees them, through the
 //! RDMA core (`ib_alloc_pd`, `ib_create_qp`, `ib_post_send`, `ib_poll_cq`, `ib_drain_qp`,
-//! ...), and the interface the transport slice builds on: the connection manager's state
-//! setters and the TX and RX paths' WQE functions. Each test creates an rsiw device on the
-//! loopback netdev and removes it.
+//! `ib_alloc_mr`, `ib_map_mr_sg`, ...), and the interface the transport slice builds on:
+//! the connection manager's state setters, the TX and RX paths' WQE functions and the
+//! STag lookup. Each test creates an rsiw device on the loopback netdev and removes it.
 //!
 //! A failed KUnit assertion ends the test thread without running destructors, which would
 //! leave the device (and the module) pinned; so the flows check with [`check!`], which
@@ -13,12 +13,14 @@
 #[kernel::prelude::kunit_tests(rsiw_kverbs)]
 mod suite {
     use crate::device::{Device, Link};
+    use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
+    use crate::mem::{access_bits, Segment, MAX_FRMR_PAGES};
     use crate::qp::wqe::{BadSqe, BadWqe, Stale};
     use crate::qp::Qp;
     use crate::srq::Srq;
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
-        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KPd, KQp, KSrq,
+        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp, KSrq,
         PostFail, RecvReq, SendReq, Sge,
     };
     use crate::sys::link::LinkHandler;
@@ -69,6 +71,7 @@ mod suite {
     const RTS: b::ib_qp_state = b::ib_qp_state_IB_QPS_RTS;
     const ERR: b::ib_qp_state = b::ib_qp_state_IB_QPS_ERR;
     const SIGNALED: u32 = b::ib_send_flags_IB_SEND_SIGNALED as u32;
+    const LOCAL_WRITE: u32 = b::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
 
     static CQ_EV: Events = Events::new();
     static QP_EV: Events = Events::new();
@@ -305,6 +308,76 @@ mod suite {
         Ok(())
     }
 
+    /// The DMA MR of a kernel PD, fast-registration MRs, and the STag lookup,
+    /// resolution, fast registration and invalidation of the data paths.
+    fn mr_flow(dev: &KDevice<Device>) -> Checked {
+        let d = dev.driver();
+        let pd = req!(KPd::new(dev));
+        let pd2 = req!(KPd::new(dev));
+        let buf = req!(KVec::from_elem(0u8, 3 * 4096, GFP_KERNEL));
+        let base = buf.as_ptr() as u64;
+
+        // The PD's DMA MR: all kernel memory, local write, not invalidatable.
+        let dma = pd.local_dma_lkey();
+        let m = req!(d.lookup_stag(dma, pd.id(), LOCAL_WRITE, base, 100));
+        check!(m.resolve(base) == Some(Segment { kva: base, len: u64::MAX - base }));
+        check!(d.lookup_stag(dma, pd2.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated));
+        let remote_write = access_bits(Access::RemoteWrite);
+        check!(d.lookup_stag(dma, pd.id(), remote_write, base, 1).err() == Some(TaggedCheck::AccessRights));
+        check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
+
+        // Fast registration: invalid until REG_MR (executed by the TX path).
+        check!(KMr::new(&pd, MAX_FRMR_PAGES + 1).is_err());
+        let mr = req!(KMr::new(&pd, 4));
+        let (stag, _, _) = mr.key_and_range();
+        check!(stag >> 8 != 0 && stag & 0xff == 0);
+        check!(d.lookup_stag(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.fast_register(stag, pd.id(), 0) == Err(EINVAL));
+        check!(mr.map(&buf[100..100 + 8192]) == 1);
+        let (_, iova, len) = mr.key_and_range();
+        check!(iova == base + 100 && len == 8192);
+        let key = (stag & !0xff) | 0x5a;
+        let rights = (LOCAL_WRITE | remote_write) as i32;
+        check!(d.fast_register(key, pd2.id(), rights) == Err(EACCES));
+        req!(d.fast_register(key, pd.id(), rights));
+        check!(d.fast_register(key, pd.id(), rights) == Err(EINVAL));
+        check!(d.lookup_stag(stag, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        let m = req!(d.lookup_stag(key, pd.id(), remote_write, iova, 8192));
+        check!(m.stag() == key && m.pd() == pd.id() && m.bounds() == (iova, 8192) && m.is_valid());
+        check!(m.access() == LOCAL_WRITE | remote_write);
+        let remote_read = access_bits(Access::RemoteRead);
+        check!(d.lookup_stag(key, pd.id(), remote_read, iova, 1).err() == Some(TaggedCheck::AccessRights));
+        check!(d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.lookup_stag(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
+        // Resolution follows the page list: contiguous up to each page end.
+        let seg = |off: u64| {
+            let kva = base + 100 + off;
+            Segment { kva, len: (4096 - kva % 4096).min(8192 - off) }
+        };
+        for off in [0, 1, 3995, 3996, 5000, 8191] {
+            check!(m.resolve(iova + off) == Some(seg(off)));
+        }
+        check!(m.resolve(iova + 8192).is_none() && m.resolve(iova - 1).is_none());
+
+        // Invalidation (LOCAL_INV, Send with Invalidate); the held reference sees it.
+        check!(d.invalidate_stag(key, pd2.id()) == Err(InvalidateCheck::NotAssociated));
+        check!(d.invalidate_stag(stag, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        req!(d.invalidate_stag(key, pd.id()));
+        check!(d.invalidate_stag(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        check!(d.lookup_stag(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(!m.is_valid());
+        // Re-mapped and re-registered under another key; deregistration removes the STag.
+        check!(mr.map(&buf[0..4096]) == 1);
+        let again = (stag & !0xff) | 0x77;
+        req!(d.fast_register(again, pd.id(), LOCAL_WRITE as i32));
+        req!(d.lookup_stag(again, pd.id(), LOCAL_WRITE, base, 4096));
+        drop(mr);
+        check!(d.lookup_stag(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        Ok(())
+    }
+
     /// Limits of kernel QPs, and `ib_drain_qp` on a directly polled CQ.
     fn drain_flow(dev: &KDevice<Device>) -> Checked {
         let pd = req!(KPd::new(dev));
@@ -341,6 +414,11 @@ mod suite {
     #[test]
     fn kernel_srq_and_limit_event() {
         assert!(run(srq_flow));
+    }
+
+    #[test]
+    fn memory_regions_and_stag_lookup() {
+        assert!(run(mr_flow));
     }
 
     #[test]

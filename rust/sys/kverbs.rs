@@ -2,8 +2,8 @@
 
 //! rsiw as a kernel consumer of its own devices, through the RDMA core's kernel verbs
 //! (`ib_alloc_pd`, `ib_create_qp`, `ib_post_send`, `ib_poll_cq`, ...): safe owners of
-//! kernel PDs, CQs, QPs and SRQs for the KUnit suite `rsiw_kverbs`, which checks what a
-//! kernel ULP (NVMe-oF, NFS/RDMA, iSER) sees.
+//! kernel PDs, CQs, QPs, SRQs and MRs for the KUnit suite `rsiw_kverbs`, which checks what
+//! a kernel ULP (NVMe-oF, NFS/RDMA, iSER) sees.
 //!
 //! Every object borrows what it was created from (a QP its PD and CQs, a PD its device), so
 //! the borrow checker enforces the core's destruction order; dropping an object destroys
@@ -11,7 +11,7 @@
 //! [`KQp::driver`] and [`KSrq::driver`] hand out rsiw's own view of them.
 
 use super::bindings;
-use super::ibdev::DeviceOps;
+use super::ibdev::{DeviceOps, IbDevice};
 use super::netdev::{NetDev, NetDevRef};
 use super::obj::{IbQp, IbSrq, PdId};
 use super::Pod;
@@ -37,6 +37,8 @@ unsafe impl Pod for bindings::ib_rdma_wr {}
 unsafe impl Pod for bindings::ib_recv_wr {}
 // SAFETY: as above.
 unsafe impl Pod for bindings::ib_sge {}
+// SAFETY: as above.
+unsafe impl Pod for bindings::scatterlist {}
 
 /// The module name the core records as the creator of kernel objects.
 const CALLER: &CStr = c"rsiw";
@@ -96,6 +98,12 @@ impl<T: DeviceOps> KDevice<T> {
         // INVARIANT: rsiw creates devices only through `NewDevice<T>` with its one device
         // type, so an rsiw-owned device is an `IbDevice<T>`; the lookup's reference is ours.
         Some(Self { raw, _t: PhantomData })
+    }
+
+    /// rsiw's view of the device.
+    pub(crate) fn driver(&self) -> &IbDevice<T> {
+        // SAFETY: a live `IbDevice<T>` (type invariant) for as long as `self` is borrowed.
+        unsafe { IbDevice::<T>::from_raw(self.raw.as_ptr()) }
     }
 
     /// Unregisters the device (synchronously; it is freed when the last reference goes).
@@ -669,5 +677,61 @@ impl<T: DeviceOps> Drop for KQp<'_, T> {
     fn drop(&mut self) {
         // SAFETY: owned (type invariant).
         unsafe { bindings::ib_destroy_qp_user(self.raw.as_ptr(), core::ptr::null_mut()) };
+    }
+}
+
+/// A kernel fast-registration MR (`ib_alloc_mr(IB_MR_TYPE_MEM_REG)`).
+///
+/// # Invariants
+///
+/// `raw` is an MR of a PD of a `KDevice<T>`, owned by this value.
+pub(crate) struct KMr<'p, T: DeviceOps> {
+    raw: NonNull<bindings::ib_mr>,
+    _p: PhantomData<&'p KPd<'p, T>>,
+}
+
+impl<'p, T: DeviceOps> KMr<'p, T> {
+    /// Allocates a fast-registration MR for up to `max_sg` pages.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ib_alloc_mr`.
+    pub(crate) fn new(pd: &'p KPd<'p, T>, max_sg: u32) -> Result<Self> {
+        // SAFETY: a live PD; the core returns an MR or an `ERR_PTR`.
+        let raw = from_err_ptr(unsafe { bindings::ib_alloc_mr(pd.raw.as_ptr(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_sg) })?;
+        Ok(Self { raw, _p: PhantomData })
+    }
+
+    /// `ib_map_mr_sg` of `buf` (one scatterlist entry, kmalloc memory) in pages of
+    /// `PAGE_SIZE`; returns how many entries were mapped (1) or a negative errno.
+    pub(crate) fn map(&self, buf: &[u8]) -> i32 {
+        let Ok(len) = u32::try_from(buf.len()) else { return EINVAL.to_errno() };
+        let mut sg = bindings::scatterlist::zeroed();
+        // SAFETY: `sg` is a valid single-entry table; `buf` is linear-map memory of `len`
+        // octets that outlives the call (the MR only records addresses). With virtual DMA
+        // the mapping stores the kernel virtual address, as `ib_dma_map_sg` would.
+        unsafe {
+            bindings::sg_init_one(&mut sg, buf.as_ptr().cast(), len);
+            if bindings::ib_dma_virt_map_sg((*self.raw.as_ptr()).device, &mut sg, 1) != 1 {
+                return EIO.to_errno();
+            }
+            bindings::ib_map_mr_sg(self.raw.as_ptr(), &mut sg, 1, core::ptr::null_mut(), kernel::page::PAGE_SIZE as u32)
+        }
+    }
+
+    /// The lkey (= rkey) and the mapped `(iova, length)`.
+    pub(crate) fn key_and_range(&self) -> (u32, u64, u64) {
+        // SAFETY: a live MR; the fields are set at allocation and by `map`.
+        unsafe {
+            let m = self.raw.as_ptr();
+            ((*m).lkey, (*m).iova, (*m).length)
+        }
+    }
+}
+
+impl<T: DeviceOps> Drop for KMr<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: owned (type invariant).
+        unsafe { bindings::ib_dereg_mr_user(self.raw.as_ptr(), core::ptr::null_mut()) };
     }
 }
