@@ -6,6 +6,7 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
+#include <linux/scatterlist.h>
 #include <linux/vmalloc.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
@@ -84,11 +85,14 @@ void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev)
 	ib_mark_name_assigned_by_user(ibdev);
 }
 
-static DEFINE_RATELIMIT_STATE(rsiw_rs, DEFAULT_RATELIMIT_INTERVAL, DEFAULT_RATELIMIT_BURST);
+static struct ratelimit_state rsiw_rs[RSIW_RATELIMIT_SITES] = {
+	[0 ... RSIW_RATELIMIT_SITES - 1] = RATELIMIT_STATE_INIT(rsiw_rs, DEFAULT_RATELIMIT_INTERVAL,
+								DEFAULT_RATELIMIT_BURST),
+};
 
-bool rsiw_ratelimit(void)
+bool rsiw_ratelimit(unsigned int site)
 {
-	return __ratelimit(&rsiw_rs);
+	return __ratelimit(&rsiw_rs[site % RSIW_RATELIMIT_SITES]);
 }
 
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
@@ -125,6 +129,21 @@ struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size
 				 int access)
 {
 	return ib_umem_get_va(dev, addr, size, access);
+}
+
+u64 rsiw_sg_dma_address(const struct scatterlist *sg)
+{
+	return sg_dma_address(sg);
+}
+
+unsigned int rsiw_sg_dma_len(const struct scatterlist *sg)
+{
+	return sg_dma_len(sg);
+}
+
+struct scatterlist *rsiw_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
 }
 
 void rsiw_xa_init_alloc(struct xarray *xa)

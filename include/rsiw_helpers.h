@@ -17,6 +17,7 @@ struct module;
 struct net;
 struct net_device;
 struct rdma_user_mmap_entry;
+struct scatterlist;
 struct uverbs_attr_bundle;
 struct xarray;
 
@@ -54,8 +55,13 @@ size_t rsiw_udata_inlen(const struct ib_udata *udata);
 /* ib_mark_name_assigned_by_user() */
 void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev);
 
-/* __ratelimit() over one rsiw-wide state (DEFAULT_RATELIMIT_INTERVAL/BURST). */
-bool rsiw_ratelimit(void);
+/*
+ * __ratelimit() over one of RSIW_RATELIMIT_SITES states (DEFAULT_RATELIMIT_INTERVAL/BURST)
+ * chosen by site % RSIW_RATELIMIT_SITES: each message site gets its own budget, as with
+ * pr_err_ratelimited(), up to collisions.
+ */
+#define RSIW_RATELIMIT_SITES 64
+bool rsiw_ratelimit(unsigned int site);
 
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
@@ -76,6 +82,11 @@ u64 rsiw_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 /* ib_umem_get_va(): an ib_umem or an ERR_PTR. */
 struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size_t size,
 				 int access);
+
+/* sg_dma_address(), sg_dma_len(), sg_next() */
+u64 rsiw_sg_dma_address(const struct scatterlist *sg);
+unsigned int rsiw_sg_dma_len(const struct scatterlist *sg);
+struct scatterlist *rsiw_sg_next(struct scatterlist *sg);
 
 /*
  * xarrays with ID allocation whose lock is taken with interrupts disabled (the lookups

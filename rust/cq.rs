@@ -16,7 +16,8 @@
 
 use crate::device::{take_slot, Device};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbCq;
 use crate::sys::ring::{cqe_inval_stag, cqe_qp, Ring};
 use crate::sys::Pod;
@@ -65,30 +66,50 @@ pub(crate) struct Cqe {
     pub(crate) inval_stag: u32,
 }
 
-/// A completion handler call that is due; deliver it with no QP or CQ lock held.
+/// Completion handler calls and CQ events that are due; deliver them with no QP, SRQ or
+/// CQ lock held ([`Notify::deliver`]).
 #[must_use = "the consumer's completion handler must be called"]
-pub(crate) struct Notify(bool);
+pub(crate) struct Notify {
+    /// The consumer's completion handler is due (the CQ was armed for this completion).
+    comp: bool,
+    /// The CQ overflowed: `IB_EVENT_CQ_ERR` is due.
+    overflow: bool,
+}
 
 impl Notify {
     /// Nothing to deliver.
-    pub(crate) const NONE: Self = Self(false);
+    pub(crate) const NONE: Self = Self { comp: false, overflow: false };
 
     /// Merges two pending notifications of the same CQ.
     pub(crate) fn or(self, other: Self) -> Self {
-        Self(self.0 || other.0)
+        Self { comp: self.comp || other.comp, overflow: self.overflow || other.overflow }
     }
 
-    /// Calls `cq`'s completion handler if a notification is due.
+    /// Reports an overflow of `cq` (`IB_EVENT_CQ_ERR`, with a rate-limited message) and
+    /// calls its completion handler, as due.
     pub(crate) fn deliver(self, cq: &IbCq<Cq>) {
-        if self.0 {
+        if self.overflow {
+            if crate::sys::ratelimit() {
+                pr_warn!("CQ overflow: the consumer did not reap completions in time\n");
+            }
+            cq.dispatch_event(b::ib_event_type_IB_EVENT_CQ_ERR);
+        }
+        if self.comp {
             cq.call_comp_handler();
         }
     }
 }
 
-/// The reason a completion could not be queued.
+/// The CQ was full: the completion was not queued. Turn it into a [`Notify`] to report it
+/// to the consumer.
 #[derive(Debug)]
 pub(crate) struct Overflow;
+
+impl From<Overflow> for Notify {
+    fn from(_: Overflow) -> Self {
+        Self { comp: false, overflow: true }
+    }
+}
 
 fn wc_opcode(op: u8) -> b::ib_wc_opcode {
     match u32::from(op) {
@@ -119,7 +140,16 @@ fn wc_status(st: u16) -> b::ib_wc_status {
 }
 
 impl Cq {
-    /// `create_cq`.
+    /// `create_cq`: validates `attr` (no flags, 1..=[`MAX_CQE`] entries), allocates the ring
+    /// of the next power of two entries plus the control word (mapped for a user caller,
+    /// who gets the siw `create_cq` response through `udata`). Returns the granted depth
+    /// and the CQ data's initialiser.
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for flags; `EINVAL` for a depth beyond the limits; `ENOMEM` at the
+    /// `max_cq` limit or without memory; `EFAULT` if the response cannot be copied. Each
+    /// logs its cause (rate-limited).
     pub(crate) fn create(
         dev: &IbDevice<Device>,
         attr: &b::ib_cq_init_attr,
@@ -168,23 +198,27 @@ impl Cq {
         ))
     }
 
-    /// `destroy_cq`.
+    /// `destroy_cq` (the core guarantees no QP uses it any more): gives back the `max_cq`
+    /// unit; the ring goes with the data.
     pub(crate) fn destroy(dev: &IbDevice<Device>, _cq: &IbCq<Cq>) {
         dev.cqs.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Queues a completion. On success returns whether the completion handler is due
-    /// (deliver it without locks held). On overflow reports `IB_EVENT_CQ_ERR`.
+    /// Queues completion `c` into the next slot and, if the CQ is armed for it, disarms
+    /// it. Any context; may be called with QP or SRQ locks held (the CQ lock nests inside
+    /// them).
+    ///
+    /// Returns the [`Notify`] to deliver once no lock is held.
+    ///
+    /// # Errors
+    ///
+    /// [`Overflow`] if the slot is still owned by the consumer (the completion is lost;
+    /// deliver `Notify::from(Overflow)` to report it).
     pub(crate) fn push(cq: &IbCq<Cq>, c: &Cqe) -> Result<Notify, Overflow> {
         let this: &Cq = cq;
         let mut pos = this.pos.lock();
         let idx = pos.put;
         if this.ring.flags(idx) & VALID != 0 {
-            drop(pos);
-            if crate::sys::ratelimit() {
-                pr_warn!("CQ overflow: the consumer did not reap completions in time\n");
-            }
-            cq.dispatch_event(b::ib_event_type_IB_EVENT_CQ_ERR);
             return Err(Overflow);
         }
         let mut cqe = b::siw_cqe::zeroed();
@@ -213,10 +247,12 @@ impl Cq {
             // One-shot: the consumer re-arms for the next notification.
             this.ring.ctrl_store(b::siw_notify_flags_SIW_NOTIFY_NOT);
         }
-        Ok(Notify(fire))
+        Ok(Notify { comp: fire, overflow: false })
     }
 
-    /// `poll_cq` for kernel consumers: converts ring CQEs into `ib_wc`s.
+    /// `poll_cq` for kernel consumers: moves up to `wcs.len()` completions, oldest first,
+    /// into `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
+    /// their slots. Returns how many it filled.
     pub(crate) fn poll(cq: &IbCq<Cq>, wcs: &mut [b::ib_wc]) -> usize {
         let this: &Cq = cq;
         let mut pos = this.pos.lock();
@@ -247,7 +283,10 @@ impl Cq {
     }
 
     /// `req_notify_cq` for kernel consumers (user space arms through the mapped control
-    /// word itself).
+    /// word itself): `IB_CQ_SOLICITED` arms for the next solicited or failed completion,
+    /// `IB_CQ_NEXT_COMP` for the next one; the arm is one-shot. Returns 1 with
+    /// `IB_CQ_REPORT_MISSED_EVENTS` if completions are waiting already (poll again), else
+    /// 0. Never fails.
     pub(crate) fn req_notify(cq: &IbCq<Cq>, flags: u32) -> Result<i32> {
         let this: &Cq = cq;
         let arm = if flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK

@@ -9,15 +9,19 @@
 //! [`Mem`]; lookups ([`Device::lookup_stag`]) take another one, so a region a transfer is
 //! using survives its deregistration until the transfer lets go.
 //!
-//! Kinds: DMA MRs (`get_dma_mr`) cover all kernel memory; user MRs pin user memory (the
-//! umem is kept for the placement path); fast-registration MRs (`alloc_mr`, kernel only)
-//! get a page list through `map_mr_sg` and become valid with a REG_MR work request, which
-//! needs the transport slice (until then `post_send` refuses REG_MR and LOCAL_INV with
-//! `EOPNOTSUPP`, and rsiw does not advertise `IB_DEVICE_MEM_MGT_EXTENSIONS`).
+//! Kinds: DMA MRs (`get_dma_mr`) cover all kernel memory; user MRs pin user memory;
+//! fast-registration MRs (`alloc_mr`, kernel only) get a page list through `map_mr_sg`
+//! and become valid with a REG_MR work request. The data paths resolve a tagged offset to
+//! kernel memory with [`Mem::resolve`], and the TX path executes REG_MR and LOCAL_INV work
+//! requests, and the RX path Send with Invalidate, with [`Device::fast_register`] and
+//! [`Device::invalidate_stag`]. Until the TX path exists, `post_send` refuses REG_MR and
+//! LOCAL_INV with `EOPNOTSUPP`, and rsiw does not advertise `IB_DEVICE_MEM_MGT_EXTENSIONS`.
 
 use crate::device::{take_slot, Device, SlotGuard};
+use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::{IbMr, PdId};
 use crate::sys::umem::UMem;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -43,8 +47,9 @@ pub(crate) struct Mem {
     va: AtomicU64,
     len: AtomicU64,
     valid: AtomicBool,
+    /// A DMA MR: the tagged offset is the kernel virtual address.
+    dma: bool,
     /// The pinned user memory of a user MR.
-    #[allow(dead_code, reason = "the placement path (next slice) reads through it")]
     umem: Option<UMem>,
     /// The page list of a fast-registration MR (capacity `max_pages`).
     #[pin]
@@ -58,49 +63,192 @@ pub(crate) struct Mr {
     mem: Arc<Mem>,
 }
 
-/// Why an STag does not grant an access ([`Device::lookup_stag`]).
-#[derive(Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "the RX/TX paths (next slice) map these to TERMINATE errors")]
-pub(crate) enum AccessError {
-    /// No region has this STag (index or key mismatch), or it is invalidated.
-    InvalidStag,
-    /// The region belongs to another protection domain.
-    PdMismatch,
-    /// The region does not grant the requested rights.
-    Rights,
-    /// `[to, to + len)` is not inside the region (or overflows).
-    Bounds,
-}
-
 /// A reference to a region that keeps it alive while a transfer uses it.
 pub(crate) type MrRef = Arc<Mem>;
 
-impl Device {
-    /// Resolves `stag` for an access of `len` octets at tagged offset `to` with rights
-    /// `access` (`IB_ACCESS_*`) from protection domain `pd`. The arithmetic is checked: a
-    /// range that wraps is out of bounds.
-    #[allow(dead_code, reason = "the RX/TX placement paths (next slice) are its users")]
-    pub(crate) fn lookup_stag(&self, stag: u32, pd: PdId, access: u32, to: u64, len: u64) -> Result<MrRef, AccessError> {
-        let mem = self.stags.get(stag >> 8).ok_or(AccessError::InvalidStag)?;
-        if !mem.valid.load(Ordering::Acquire) || mem.stag.load(Ordering::Relaxed) != stag {
-            return Err(AccessError::InvalidStag);
-        }
-        if mem.pd != pd {
-            return Err(AccessError::PdMismatch);
-        }
-        if mem.access.load(Ordering::Relaxed) & access != access {
-            return Err(AccessError::Rights);
-        }
-        let (va, mlen) = (mem.va.load(Ordering::Relaxed), mem.len.load(Ordering::Relaxed));
-        let end = to.checked_add(len).ok_or(AccessError::Bounds)?;
-        let mend = va.checked_add(mlen).unwrap_or(u64::MAX);
-        if to < va || end > mend {
-            return Err(AccessError::Bounds);
-        }
-        Ok(mem)
+/// The `IB_ACCESS_*` rights an access of the RX engine needs (atomics are not granted on
+/// iWARP MRs: [`Access::RemoteAtomic`] always fails the rights check).
+#[cfg_attr(
+    not(CONFIG_KUNIT = "y"),
+    expect(dead_code, reason = "the RX path (transport slice) is the user; KUnit tests it")
+)]
+pub(crate) fn access_bits(a: Access) -> u32 {
+    match a {
+        Access::RemoteWrite => b::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+        Access::LocalWrite => b::ib_access_flags_IB_ACCESS_LOCAL_WRITE,
+        Access::RemoteRead => b::ib_access_flags_IB_ACCESS_REMOTE_READ,
+        Access::RemoteAtomic => b::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
     }
 }
 
+/// A piece of a region in kernel memory: `len` contiguous octets at kernel virtual
+/// address `kva`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// The kernel virtual address of the first octet.
+    pub(crate) kva: u64,
+    /// How many octets are contiguous from there (at least 1).
+    pub(crate) len: u64,
+}
+
+#[cfg_attr(
+    not(CONFIG_KUNIT = "y"),
+    expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests them")
+)]
+impl Mem {
+    /// The STag (index and current key).
+    pub(crate) fn stag(&self) -> u32 {
+        self.stag.load(Ordering::Acquire)
+    }
+
+    /// The protection domain.
+    pub(crate) fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// The granted `IB_ACCESS_*` rights (local write, remote write, remote read).
+    pub(crate) fn access(&self) -> u32 {
+        self.access.load(Ordering::Acquire)
+    }
+
+    /// The tagged offset of the first octet and the length: the region is
+    /// `[va, va + len)` (a DMA MR: all of kernel memory).
+    pub(crate) fn bounds(&self) -> (u64, u64) {
+        (self.va.load(Ordering::Acquire), self.len.load(Ordering::Acquire))
+    }
+
+    /// Whether the STag is valid (registered, fast-registered and not invalidated).
+    pub(crate) fn is_valid(&self) -> bool {
+        self.valid.load(Ordering::Acquire)
+    }
+
+    /// Where tagged offset `to` (inside the bounds, see [`Device::lookup_stag`]) lies in
+    /// kernel memory: a DMA MR's offsets are kernel virtual addresses, a user MR's pages
+    /// are pinned and in the kernel's linear map, a fast-registration MR's pages are the
+    /// consumer's kernel addresses (rsiw uses virtual DMA, so DMA addresses are kernel
+    /// virtual addresses). A transfer walks a range by resolving `to`, copying at most
+    /// `len` octets, and resolving the next offset. Returns `None` outside the bounds.
+    pub(crate) fn resolve(&self, to: u64) -> Option<Segment> {
+        let (va, len) = self.bounds();
+        let off = to.checked_sub(va).filter(|&o| o < len)?;
+        if self.dma {
+            return Some(Segment { kva: to, len: len - off });
+        }
+        if let Some(umem) = &self.umem {
+            let (kva, n) = umem.segment_at(off.checked_add(umem.page_offset())?)?;
+            return Some(Segment { kva, len: n.min(len - off) });
+        }
+        let ps = u64::from(self.page_size.load(Ordering::Acquire));
+        if !ps.is_power_of_two() {
+            return None;
+        }
+        // `va` is the DMA address of the first octet; the first page is `va` rounded down.
+        let at = off.checked_add(va & (ps - 1))?;
+        let page = *self.pages.lock().get(usize::try_from(at / ps).ok()?)?;
+        let within = at % ps;
+        Some(Segment { kva: page.checked_add(within)?, len: (ps - within).min(len - off) })
+    }
+}
+
+impl Device {
+    /// Resolves `stag` for an access of `len` octets at tagged offset `to` needing the
+    /// `IB_ACCESS_*` rights `access` (0 for a local read; [`access_bits`] for the RX
+    /// engine's accesses) from a QP of protection domain `pd`. Any context (the table
+    /// lock disables interrupts). The arithmetic is checked: a range that wraps is out of
+    /// bounds.
+    ///
+    /// Returns a reference that keeps the region alive while the transfer uses it; resolve
+    /// offsets to memory with [`Mem::resolve`].
+    ///
+    /// # Errors
+    ///
+    /// The RX engine's [`TaggedCheck`], first failing check first: `InvalidStag` (no such
+    /// index, another key, or invalidated), `NotAssociated` (another PD), `AccessRights`,
+    /// `BaseBounds`.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests it")
+    )]
+    pub(crate) fn lookup_stag(&self, stag: u32, pd: PdId, access: u32, to: u64, len: u64) -> Result<MrRef, TaggedCheck> {
+        let mem = self.stags.get(stag >> 8).ok_or(TaggedCheck::InvalidStag)?;
+        if !mem.is_valid() || mem.stag() != stag {
+            return Err(TaggedCheck::InvalidStag);
+        }
+        if mem.pd != pd {
+            return Err(TaggedCheck::NotAssociated);
+        }
+        if mem.access() & access != access {
+            return Err(TaggedCheck::AccessRights);
+        }
+        let (va, mlen) = mem.bounds();
+        let end = to.checked_add(len).ok_or(TaggedCheck::BaseBounds)?;
+        let mend = va.checked_add(mlen).unwrap_or(u64::MAX);
+        if to < va || end > mend {
+            return Err(TaggedCheck::BaseBounds);
+        }
+        Ok(mem)
+    }
+
+    /// Invalidates `stag` for a LOCAL_INV work request or a received Send with Invalidate
+    /// on a QP of protection domain `pd`. Any context.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidateCheck`]: `InvalidStag` (no such STag or already invalid),
+    /// `NotAssociated` (another PD), `CannotInvalidate` (a DMA MR).
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests it")
+    )]
+    pub(crate) fn invalidate_stag(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
+        let mem = self.stags.get(stag >> 8).ok_or(InvalidateCheck::InvalidStag)?;
+        if mem.stag() != stag {
+            return Err(InvalidateCheck::InvalidStag);
+        }
+        if mem.pd != pd {
+            return Err(InvalidateCheck::NotAssociated);
+        }
+        if mem.dma {
+            return Err(InvalidateCheck::CannotInvalidate);
+        }
+        if !mem.valid.swap(false, Ordering::AcqRel) {
+            return Err(InvalidateCheck::InvalidStag);
+        }
+        Ok(())
+    }
+
+    /// Executes a REG_MR work request on a QP of protection domain `pd`: the
+    /// fast-registration MR whose index `stag` names (its page list set by `map_mr_sg`)
+    /// takes `stag`'s key and the rights `access` (`IB_ACCESS_*`, masked to what iWARP
+    /// has) and becomes valid. Any context.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for no such MR, not a fast-registration MR, no page list mapped, or an
+    /// MR that is still valid; `EACCES` for another PD.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "the TX path (transport slice) is the user; KUnit tests it")
+    )]
+    pub(crate) fn fast_register(&self, stag: u32, pd: PdId, access: i32) -> Result {
+        let mem = self.stags.get(stag >> 8).ok_or(EINVAL)?;
+        if mem.max_pages == 0 || mem.pages.lock().is_empty() {
+            return Err(EINVAL);
+        }
+        if mem.pd != pd {
+            return Err(EACCES);
+        }
+        if mem.is_valid() {
+            return Err(EINVAL);
+        }
+        mem.access.store((access & ACCESS_MASK) as u32, Ordering::Release);
+        mem.stag.store(stag, Ordering::Release);
+        mem.valid.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[track_caller]
 fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
     if crate::sys::ratelimit() {
         pr_err!("{what}\n");
@@ -108,26 +256,36 @@ fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
     e
 }
 
+/// What a region is.
+enum Kind {
+    /// All kernel memory (`get_dma_mr`).
+    Dma,
+    /// Pinned user memory (`reg_user_mr`).
+    User(UMem),
+    /// A fast-registration MR for up to this many pages (`alloc_mr`).
+    Fast(u32),
+}
+
 impl Mr {
-    /// Creates a region, enters it into the STag table under a fresh index with `key`,
-    /// and returns its STag and the MR data.
-    #[allow(clippy::too_many_arguments)]
-    fn register(
-        dev: &IbDevice<Device>,
-        pd: PdId,
-        key: u8,
-        access: i32,
-        va: u64,
-        len: u64,
-        valid: bool,
-        umem: Option<UMem>,
-        max_pages: u32,
-    ) -> Result<(u32, Mr)> {
+    /// Creates a region of `kind` in `pd` with rights `access` covering `[va, va + len)`,
+    /// enters it into the STag table under a fresh index with `key`, and returns its STag
+    /// and the MR data.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` at the `max_mr` limit (logged) or without memory; `ENOSPC` if the STag
+    /// table is full.
+    fn register(dev: &IbDevice<Device>, pd: PdId, key: u8, access: i32, va: u64, len: u64, kind: Kind) -> Result<(u32, Mr)> {
         let limit = crate::module_parameters::max_mr.value();
         if !take_slot(&dev.mrs, limit) {
             return Err(fail(format_args!("MR limit reached ({limit}); see module parameter max_mr"), ENOMEM));
         }
         let slot = SlotGuard::new(&dev.mrs);
+        let (dma, valid, umem, max_pages) = match kind {
+            Kind::Dma => (true, true, None, 0),
+            Kind::User(u) => (false, true, Some(u), 0),
+            Kind::Fast(n) => (false, false, None, n),
+        };
         let mut pages = KVec::new();
         pages.reserve(max_pages as usize, GFP_KERNEL)?;
         let idx = dev.stags.reserve(1, STAG_INDEX_MAX)?;
@@ -140,6 +298,7 @@ impl Mr {
                 va: AtomicU64::new(va),
                 len: AtomicU64::new(len),
                 valid: AtomicBool::new(valid),
+                dma,
                 umem,
                 pages <- new_spinlock_irq!(pages, "rsiw_mr_pages"),
                 max_pages,
@@ -162,12 +321,28 @@ impl Mr {
         Ok((stag, Mr { mem }))
     }
 
-    /// `get_dma_mr`: all kernel memory, for kernel consumers.
+    /// `get_dma_mr`: a region of all kernel memory with rights `access` in `pd`, for
+    /// kernel consumers (the core asks for one per kernel PD: its `local_dma_lkey`).
+    /// Returns its STag (key 0) and the MR data.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mr::register`].
     pub(crate) fn dma(dev: &IbDevice<Device>, pd: PdId, access: i32) -> Result<(u32, Mr)> {
-        Self::register(dev, pd, 0, access, 0, u64::MAX, true, None, 0)
+        Self::register(dev, pd, 0, access, 0, u64::MAX, Kind::Dma)
     }
 
-    /// `reg_user_mr`.
+    /// `reg_user_mr`: pins `len` octets of the caller's memory at `start` for `access` and
+    /// registers them in `pd`, addressed by peers at tagged offsets `[iova, iova + len)`.
+    /// The STag's key is the `stag_key` of the siw request in `udata`; the STag is also
+    /// written to the siw response. Returns the STag and the MR data.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a zero length, a range that wraps or a short request; `EOPNOTSUPP` for
+    /// on-demand paging; the pinning error (`EFAULT` for unmapped memory, `ENOMEM` beyond
+    /// `RLIMIT_MEMLOCK`); as [`Mr::register`]; `EFAULT` if the response cannot be copied.
+    /// Each logs its cause (rate-limited).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn user(
         dev: &IbDevice<Device>,
@@ -193,7 +368,7 @@ impl Mr {
         if umem.address() != start || umem.length() != len {
             return Err(EINVAL);
         }
-        let (stag, mr) = Self::register(dev, pd, req.stag_key, access, iova, len, true, Some(umem), 0)?;
+        let (stag, mr) = Self::register(dev, pd, req.stag_key, access, iova, len, Kind::User(umem))?;
         if let Err(e) = udata.write(&b::siw_uresp_reg_mr { stag, pad: 0 }) {
             Self::deregister(dev, &mr);
             return Err(e);
@@ -201,7 +376,14 @@ impl Mr {
         Ok((stag, mr))
     }
 
-    /// `alloc_mr`: a fast-registration MR (invalid until a REG_MR work request).
+    /// `alloc_mr`: a fast-registration MR in `pd` for up to `max_num_sg` pages, invalid
+    /// until a REG_MR work request ([`Device::fast_register`]). Returns its STag (key 0)
+    /// and the MR data.
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for types other than `IB_MR_TYPE_MEM_REG`; `EINVAL` for `max_num_sg`
+    /// outside 1..=[`MAX_FRMR_PAGES`]; as [`Mr::register`].
     pub(crate) fn frmr(dev: &IbDevice<Device>, pd: PdId, ty: b::ib_mr_type, max_num_sg: u32) -> Result<(u32, Mr)> {
         if ty != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
             return Err(fail(format_args!("alloc_mr: MR type {ty} is not supported"), EOPNOTSUPP));
@@ -209,10 +391,14 @@ impl Mr {
         if max_num_sg == 0 || max_num_sg > MAX_FRMR_PAGES {
             return Err(fail(format_args!("alloc_mr: max_num_sg {max_num_sg} outside 1..={MAX_FRMR_PAGES}"), EINVAL));
         }
-        Self::register(dev, pd, 0, 0, 0, 0, false, None, max_num_sg)
+        Self::register(dev, pd, 0, 0, 0, 0, Kind::Fast(max_num_sg))
     }
 
-    /// `map_mr_sg`, start: forget the previous mapping.
+    /// `map_mr_sg`, start: forgets the previous page list.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (logged) for an MR that is not a fast-registration MR.
     pub(crate) fn map_begin(mr: &IbMr<Mr>) -> Result {
         if mr.mem.max_pages == 0 {
             return Err(fail(format_args!("map_mr_sg: not a fast-registration MR"), EINVAL));
@@ -221,7 +407,12 @@ impl Mr {
         Ok(())
     }
 
-    /// `map_mr_sg`, per page.
+    /// `map_mr_sg`, per page (called by `ib_sg_to_pages`): appends page address `addr`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` beyond the MR's `max_num_sg` pages (`ib_sg_to_pages` then stops and
+    /// reports how many entries it mapped).
     pub(crate) fn set_page(mr: &IbMr<Mr>, addr: u64) -> Result {
         let mut pages = mr.mem.pages.lock();
         if pages.len() >= mr.mem.max_pages as usize {
@@ -231,7 +422,8 @@ impl Mr {
         pages.push(addr, GFP_ATOMIC).map_err(|_| ENOMEM)
     }
 
-    /// `map_mr_sg`, end: the region the REG_MR work request will make valid.
+    /// `map_mr_sg`, end: the page list covers `len` octets at DMA address `iova` in pages
+    /// of `page_size` octets; the region a REG_MR work request will make valid.
     pub(crate) fn map_end(mr: &IbMr<Mr>, iova: u64, len: u64, page_size: u32) {
         mr.mem.va.store(iova, Ordering::Relaxed);
         mr.mem.len.store(len, Ordering::Relaxed);
@@ -245,7 +437,8 @@ impl Mr {
         dev.mrs.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// `dereg_mr`.
+    /// `dereg_mr`: invalidates the STag, removes it from the table (transfers holding a
+    /// reference finish with it) and gives back the `max_mr` unit.
     pub(crate) fn dereg(dev: &IbDevice<Device>, mr: &IbMr<Mr>) {
         Self::deregister(dev, mr);
     }

@@ -14,6 +14,8 @@ mod cm;
 mod cq;
 mod crc;
 mod device;
+#[cfg(CONFIG_KUNIT = "y")]
+mod kverbs_test;
 mod mem;
 mod qp;
 mod srq;

@@ -4,7 +4,7 @@
 //!
 //! An SRQ is a ring of `struct siw_rqe`. User space posts by writing an RQE and storing its
 //! flags (`SIW_WQE_VALID`) atomically; kernel consumers post through `post_srq_recv`. The
-//! RX path (a later slice) consumes RQEs with [`Srq::take_rqe`], which also checks the
+//! RX path (transport slice) consumes RQEs with [`Srq::take_rqe`], which also checks the
 //! armed limit: when fewer RQEs than the limit remain posted, the consumer gets
 //! `IB_EVENT_SRQ_LIMIT_REACHED` once and must re-arm with `modify_srq(IB_SRQ_LIMIT)`.
 //!
@@ -12,9 +12,11 @@
 //! SRQ and stay available to its other QPs (the QP reports `IB_EVENT_QP_LAST_WQE_REACHED`).
 
 use crate::device::{take_slot, Device, SlotGuard};
+use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{IbDevice, UserResponse};
+use crate::sys::ibdev::IbDevice;
+use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbSrq;
 use crate::sys::ring::Ring;
 use crate::sys::wr::{PostError, RecvWr, WrList};
@@ -45,6 +47,7 @@ pub(crate) struct Srq {
     state: SpinLockIrq<State>,
 }
 
+#[track_caller]
 fn invalid(what: core::fmt::Arguments<'_>) -> Error {
     if crate::sys::ratelimit() {
         pr_err!("SRQ: {what}\n");
@@ -52,26 +55,18 @@ fn invalid(what: core::fmt::Arguments<'_>) -> Error {
     EINVAL
 }
 
-/// A receive WQE as the RX path sees it: a validated kernel copy of one RQ/SRQ slot.
-#[allow(dead_code, reason = "read by the RX path (next slice)")]
-pub(crate) struct RecvWqe {
-    pub(crate) id: u64,
-    pub(crate) num_sge: u8,
-    pub(crate) sge: [b::siw_sge; MAX_SGE as usize],
-}
-
-/// Validates one RQE copy (`num_sge <= SIW_MAX_SGE`; the opcode field is ignored, as the
-/// ABI says).
-#[allow(dead_code, reason = "the RX path (next slice) is its user")]
-pub(crate) fn decode_rqe(raw: &b::siw_rqe) -> Result<RecvWqe, u8> {
-    if u32::from(raw.num_sge) > MAX_SGE {
-        return Err(raw.num_sge);
-    }
-    Ok(RecvWqe { id: raw.id, num_sge: raw.num_sge, sge: raw.sge })
-}
-
 impl Srq {
-    /// `create_srq`.
+    /// `create_srq`: validates `init` (basic SRQ, 1..=[`MAX_SRQ_WR`] WRs, at most
+    /// [`MAX_SGE`] SGEs, `srq_limit <= max_wr`), allocates the ring (mapped for a user
+    /// caller, who gets the siw `create_srq` response through `udata`) and writes the
+    /// granted depth back into `init.attr.max_wr`. A non-zero `srq_limit` arms the limit
+    /// event. Returns the SRQ data's initialiser.
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for other SRQ types; `EINVAL` for attributes beyond the limits;
+    /// `ENOMEM` at the `max_srq` limit or without memory; `EFAULT` if the response cannot
+    /// be copied. Each logs its cause (rate-limited).
     pub(crate) fn create(
         dev: &IbDevice<Device>,
         init: &mut b::ib_srq_init_attr,
@@ -124,13 +119,19 @@ impl Srq {
         }? Error))
     }
 
-    /// `destroy_srq` (the core guarantees no QP uses it any more).
+    /// `destroy_srq` (the core guarantees no QP uses it any more): gives back the
+    /// `max_srq` unit; the ring goes with the data.
     pub(crate) fn destroy(dev: &IbDevice<Device>, _srq: &IbSrq<Srq>) {
         dev.srqs.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// `modify_srq`: `IB_SRQ_LIMIT` (re)arms or disarms the limit event; resizing
-    /// (`IB_SRQ_MAX_WR`) is not supported.
+    /// `modify_srq` with `IB_SRQ_*` mask `mask`: `IB_SRQ_LIMIT` sets the limit to
+    /// `attr.srq_limit` and arms the limit event (0 disarms it).
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for resizing (`IB_SRQ_MAX_WR`); `EINVAL` for a limit above the SRQ
+    /// size. Each logs its cause (rate-limited).
     pub(crate) fn modify(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
         if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
             if crate::sys::ratelimit() {
@@ -149,7 +150,8 @@ impl Srq {
         Ok(())
     }
 
-    /// `query_srq`.
+    /// `query_srq`: fills the granted depth, the SGE limit and the current limit into
+    /// `attr` (the limit is the value last set, armed or not).
     pub(crate) fn query(srq: &IbSrq<Srq>, attr: &mut b::ib_srq_attr) {
         let st = srq.state.lock();
         attr.max_wr = srq.ring.size();
@@ -157,7 +159,12 @@ impl Srq {
         attr.srq_limit = st.limit;
     }
 
-    /// `post_srq_recv` (kernel SRQs).
+    /// `post_srq_recv` (kernel SRQs): copies the WRs into the SRQ in order.
+    ///
+    /// # Errors
+    ///
+    /// With the first WR not posted: `EINVAL` for user SRQs (they post through the mapped
+    /// ring) and malformed WRs; `ENOMEM` if the SRQ is full.
     pub(crate) fn post<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
         if srq.user {
             let first = wrs.clone().next();
@@ -178,21 +185,14 @@ impl Srq {
         Ok(())
     }
 
-    /// Counts the posted RQEs from `get` (at most one pass over the ring).
-    fn posted(&self, get: u32) -> u32 {
-        let mut n = 0;
-        while n < self.ring.size() && self.ring.flags(get.wrapping_add(n)) & VALID != 0 {
-            n += 1;
-        }
-        n
-    }
-
-    /// For the RX path (next slice): consumes the RQE at the head of the SRQ and returns a
-    /// validated copy (`Err(num_sge)` for a malformed user RQE, which the RX path completes
-    /// in error); `None` if the SRQ is empty. Then checks the armed limit and reports
-    /// `IB_EVENT_SRQ_LIMIT_REACHED` once when fewer RQEs than the limit remain.
-    #[allow(dead_code, reason = "the RX path (next slice) is its user")]
-    pub(crate) fn take_rqe(srq: &IbSrq<Srq>) -> Option<Result<RecvWqe, u8>> {
+    /// For the RX path ([`crate::qp::Qp::take_rqe`]): consumes the RQE at the head of the
+    /// SRQ and returns a validated copy, or [`BadRqe`] for a malformed user RQE (consumed
+    /// too; the RX path completes it in error); `None` if the SRQ is empty. If the limit is
+    /// armed and fewer than `srq_limit` RQEs remain posted, reports
+    /// `IB_EVENT_SRQ_LIMIT_REACHED` once (after dropping the SRQ lock) and disarms: the
+    /// consumer re-arms with `modify_srq(IB_SRQ_LIMIT)`. Call it with no SRQ or CQ lock
+    /// held.
+    pub(crate) fn take_rqe(srq: &IbSrq<Srq>) -> Option<Result<RecvWqe, BadRqe>> {
         let (wqe, fire) = {
             let mut st = srq.state.lock();
             let idx = st.get;
@@ -202,7 +202,10 @@ impl Srq {
             let wqe = decode_rqe(&srq.ring.read(idx));
             srq.ring.set_flags(idx, 0);
             st.get = idx.wrapping_add(1);
-            let fire = st.armed && srq.posted(st.get) < st.limit;
+            // Posting fills slots in order, so fewer than `limit` remain iff the slot
+            // `limit - 1` after the new head is empty: O(1), like the C siw (a user
+            // posting out of order only misleads its own limit event).
+            let fire = st.armed && st.limit > 0 && srq.ring.flags(st.get.wrapping_add(st.limit - 1)) & VALID == 0;
             if fire {
                 st.armed = false;
             }

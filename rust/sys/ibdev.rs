@@ -16,6 +16,7 @@ use super::idtable::RawIdTable;
 use super::iwcm::{copy_pdata, set_provider_data, take_provider_data, CmId, ConnParam};
 use super::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
+use super::udata::UserResponse;
 use super::verbs::QpInit;
 use super::wr::{PostError, RecvWr, SendWr, WrList};
 use core::mem::{size_of, MaybeUninit};
@@ -385,7 +386,8 @@ impl<T: DeviceOps> IbDevice<T> {
     ) -> kernel::ffi::c_int {
         // SAFETY: the core passes a ucontext it allocated for a live device of this type.
         let dev = unsafe { Self::from_raw((*uctx).device) };
-        let mut resp = UserResponse { udata, _p: core::marker::PhantomData };
+        // SAFETY: the core passes the valid udata of this `alloc_ucontext` call.
+        let mut resp = unsafe { UserResponse::from_raw(udata) };
         errno(T::alloc_ucontext(dev, &mut resp))
     }
 
@@ -551,113 +553,13 @@ impl<T: DeviceOps> IbDevice<T> {
     }
 }
 
+/// Maps a verb's result to the C convention: 0 or a negative errno.
 pub(super) fn errno(r: Result) -> kernel::ffi::c_int {
     match r {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
 }
-
-/// The response buffer of a user verb (`struct ib_udata`'s output side).
-///
-/// # Invariants
-///
-/// `udata` is null (kernel caller) or the valid `ib_udata` of the verb being executed.
-pub(crate) struct UserResponse<'a> {
-    udata: *mut bindings::ib_udata,
-    _p: core::marker::PhantomData<&'a mut bindings::ib_udata>,
-}
-
-impl UserResponse<'_> {
-    /// # Safety
-    ///
-    /// `udata` is the valid `ib_udata` of the running verb, live for the returned lifetime.
-    pub(super) unsafe fn from_raw(udata: *mut bindings::ib_udata) -> Self {
-        // INVARIANT: guaranteed by the caller.
-        Self { udata, _p: core::marker::PhantomData }
-    }
-
-    /// Returns the user context of the verb (null-checked), not for `alloc_ucontext`.
-    pub(super) fn ucontext(&self) -> Option<*mut bindings::ib_ucontext> {
-        if self.udata.is_null() {
-            return None;
-        }
-        // SAFETY: `udata` is the valid udata of a uverbs call (type invariant), embedded in
-        // its attribute bundle.
-        let uctx = unsafe { bindings::rsiw_udata_ucontext(self.udata) };
-        (!uctx.is_null()).then_some(uctx)
-    }
-
-    /// Reads the request struct `R` (from `siw-abi.h`) of a user verb.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` if the user's input is shorter than `R`; `EFAULT` if the copy faults.
-    pub(crate) fn read<R: UserAbi + Copy>(&self) -> Result<R> {
-        if self.udata.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `udata` is valid (type invariant).
-        if unsafe { bindings::rsiw_udata_inlen(self.udata) } < size_of::<R>() {
-            return Err(EINVAL);
-        }
-        let mut r = MaybeUninit::<R>::zeroed();
-        // SAFETY: `r` has room for `size_of::<R>()` octets; any octets form a valid `R`
-        // (`UserAbi`: plain integers).
-        super::to_result(unsafe {
-            bindings::rsiw_copy_from_udata(r.as_mut_ptr().cast(), self.udata, size_of::<R>())
-        })?;
-        // SAFETY: fully written by the copy (or zeroed), and every bit pattern is valid.
-        Ok(unsafe { r.assume_init() })
-    }
-
-    /// Copies `resp` (a plain C response struct from `siw-abi.h`) to user space.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` if there is no user buffer or it is shorter than `R`; `EFAULT` if the copy
-    /// faults.
-    pub(crate) fn write<R: UserAbi>(&mut self, resp: &R) -> Result {
-        if self.udata.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `udata` is valid (type invariant).
-        let outlen = unsafe { bindings::rsiw_udata_outlen(self.udata) };
-        if outlen < size_of::<R>() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `udata` is valid; `resp` is `size_of::<R>()` readable octets without
-        // padding holes (`UserAbi`).
-        super::to_result(unsafe {
-            bindings::rsiw_copy_to_udata(
-                self.udata,
-                core::ptr::from_ref(resp).cast(),
-                size_of::<R>(),
-            )
-        })
-    }
-}
-
-/// A C struct of the siw user ABI that can be copied to and from user space as is.
-///
-/// # Safety
-///
-/// The type is `repr(C)` plain integers with no padding octets (they would leak kernel
-/// memory), so every bit pattern is a valid value.
-pub(crate) unsafe trait UserAbi {}
-
-// SAFETY: two `__u32` fields, no padding.
-unsafe impl UserAbi for bindings::siw_uresp_alloc_ctx {}
-// SAFETY: `__u32`, `__u32`, `__aligned_u64`: no padding.
-unsafe impl UserAbi for bindings::siw_uresp_create_cq {}
-// SAFETY: four `__u32` then two `__aligned_u64`: no padding.
-unsafe impl UserAbi for bindings::siw_uresp_create_qp {}
-// SAFETY: `__u32`, `__u32`, `__aligned_u64`: no padding.
-unsafe impl UserAbi for bindings::siw_uresp_create_srq {}
-// SAFETY: two `__u32`: no padding.
-unsafe impl UserAbi for bindings::siw_uresp_reg_mr {}
-// SAFETY: `__u8`, `__u8[3]`, `__u32`: no padding.
-unsafe impl UserAbi for bindings::siw_ureq_reg_mr {}
 
 /// A device allocated and initialised, not yet registered. Dropping it frees the device.
 ///
@@ -714,6 +616,10 @@ impl<T: DeviceOps> NewDevice<T> {
         unsafe {
             bindings::ib_set_device_ops(raw.as_ptr(), Self::ops());
             (*raw.as_ptr()).ops.owner = super::this_module();
+            // The siw user ABI's SQ doorbell is the legacy POST_SEND write command with an
+            // empty list, which the core enables only for drivers that ask for it.
+            (*raw.as_ptr()).uverbs_cmd_mask |=
+                1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
         }
         // INVARIANT: allocated, data initialised, ops installed, not registered.
         Ok(Self { ptr: this })

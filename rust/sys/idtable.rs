@@ -41,8 +41,13 @@ impl RawIdTable {
         })
     }
 
-    /// Reserves a free ID in `min..=max`, cyclically after the last one handed out. The
-    /// slot holds no object (lookups see nothing) until [`RawIdTable::publish`].
+    /// Reserves a free ID in `min..=max`, cyclically after the last one handed out, and
+    /// returns it. The slot holds no object (lookups see nothing) until
+    /// [`RawIdTable::publish`].
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if every ID in the range is taken; `ENOMEM`.
     pub(crate) fn reserve(&self, min: u32, max: u32) -> Result<u32> {
         let mut id = 0u32;
         // SAFETY: `xa` is initialised (type invariant); `next` is only accessed under the
@@ -58,6 +63,10 @@ impl RawIdTable {
     }
 
     /// Makes `ptr` the object of the reserved `id`.
+    ///
+    /// # Errors
+    ///
+    /// The error of `xa_store` (`ENOMEM`; not expected for a reserved slot).
     ///
     /// # Safety
     ///
@@ -126,7 +135,11 @@ impl<T: Send + Sync> ArcTable<T> {
         self.raw.reserve(min, max)
     }
 
-    /// Stores `obj` at the reserved `id`; on error the reference is dropped.
+    /// Stores `obj` at the reserved `id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RawIdTable::publish`]; the reference is dropped.
     pub(crate) fn publish(&self, id: u32, obj: Arc<T>) -> Result {
         let p = Arc::into_raw(obj).cast_mut();
         // SAFETY: the table owns the reference until `remove`/`release` turns it back

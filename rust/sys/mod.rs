@@ -40,12 +40,15 @@ pub(crate) mod bindings {
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
 pub(crate) mod iwcm;
+#[cfg(CONFIG_KUNIT = "y")]
+pub(crate) mod kverbs;
 pub(crate) mod link;
 pub(crate) mod netdev;
 pub(crate) mod obj;
 pub(crate) mod ring;
 pub(crate) mod socket;
 pub(crate) mod umap;
+pub(crate) mod udata;
 pub(crate) mod umem;
 pub(crate) mod verbs;
 pub(crate) mod wr;
@@ -92,12 +95,22 @@ pub(crate) fn to_result(ret: kernel::ffi::c_int) -> Result {
     }
 }
 
-/// Returns whether a rate-limited message may be printed now (the kernel's
-/// `pr_*_ratelimited` policy: a burst of 10 every 5 seconds, shared by all of rsiw).
+/// Returns whether a rate-limited message may be printed now, with the kernel's
+/// `pr_*_ratelimited` policy (a burst of 10 every 5 seconds) per message site: the site is
+/// the caller's source location (through `#[track_caller]` helpers, their caller's), so a
+/// noisy error does not hide a different one. Sites share one of `RSIW_RATELIMIT_SITES`
+/// states by hash.
+#[track_caller]
 pub(crate) fn ratelimit() -> bool {
-    // SAFETY: `rsiw_ratelimit` only updates the shim's static ratelimit state under its
-    // own lock.
-    unsafe { bindings::rsiw_ratelimit() }
+    let loc = core::panic::Location::caller();
+    // FNV-1a over the file name and the line.
+    let mut h: u32 = 0x811c_9dc5;
+    for c in Iterator::chain(loc.file().bytes(), loc.line().to_le_bytes()) {
+        h = (h ^ u32::from(c)).wrapping_mul(0x0100_0193);
+    }
+    // SAFETY: `rsiw_ratelimit` only updates the shim's static ratelimit states, each under
+    // its own lock; any `site` value is reduced to a valid index.
+    unsafe { bindings::rsiw_ratelimit(h) }
 }
 
 /// Folds `data` into the running CRC32c value `crc` with the kernel's `crc32c()`.

@@ -332,6 +332,7 @@ impl<T> core::ops::Deref for SrqRef<T> {
 pub(crate) struct PdId(usize);
 
 impl PdId {
+    /// The identity of the PD at `pd` (only its address is kept).
     pub(super) fn of(pd: *mut bindings::ib_pd) -> Self {
         Self(pd as usize)
     }

@@ -25,7 +25,7 @@
 
 use super::bindings;
 use super::umap::MmapEntry;
-use super::ibdev::UserResponse;
+use super::udata::UserResponse;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -168,7 +168,12 @@ fn ring_len<E>(n: u32, ctrl: bool) -> Result<usize> {
 }
 
 impl<E: RingElem> Ring<E> {
-    /// Allocates a kernel-only ring of `n` elements (a power of two).
+    /// Allocates a zeroed kernel-only ring of `n` elements (a power of two), followed by a
+    /// `siw_cq_ctrl` word if `ctrl`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `n` is not a power of two (or the size overflows); `ENOMEM`.
     pub(crate) fn new_kernel(n: u32, ctrl: bool) -> Result<Self> {
         if !n.is_power_of_two() {
             return Err(EINVAL);
@@ -179,8 +184,15 @@ impl<E: RingElem> Ring<E> {
         Ok(Self { base, n, ctrl, _backing: Backing::Kernel(buf), _e: PhantomData })
     }
 
-    /// Allocates a ring of `n` elements (a power of two) that the user context of `udata`
-    /// can map; returns it and the mmap offset (the siw ABI's `*_key`).
+    /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word if
+    /// `ctrl`) that the user context of `udata` can map; returns it and the mmap offset (the
+    /// siw ABI's `*_key`). Dropping the ring removes the mapping offset; pages a process
+    /// still maps stay valid until it unmaps them.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `n` is not a power of two or there is no user context; `ENOMEM`; the
+    /// error of `rdma_user_mmap_entry_insert`.
     pub(crate) fn new_user(udata: &UserResponse<'_>, n: u32, ctrl: bool) -> Result<(Self, u64)> {
         if !n.is_power_of_two() {
             return Err(EINVAL);

@@ -12,7 +12,7 @@
 //! mapping.
 
 use super::bindings;
-use super::ibdev::UserResponse;
+use super::udata::UserResponse;
 use super::ring::VBuf;
 use core::ptr::NonNull;
 use kernel::prelude::*;

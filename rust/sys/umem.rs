@@ -2,8 +2,8 @@
 
 //! Pinned user memory (`struct ib_umem`) for user memory regions.
 //!
-//! The placement path (a later slice) writes into and reads from a region through the
-//! umem's scatter table; this module keeps the umem alive for the region's lifetime and
+//! The data paths write into and read from a region through the umem's scatter table
+//! ([`UMem::segment_at`]); this module keeps the umem alive for the region's lifetime and
 //! releases it (unpinning the pages) when the last reference to the region goes.
 
 use super::bindings;
@@ -15,8 +15,10 @@ use kernel::prelude::*;
 ///
 /// # Invariants
 ///
-/// `ptr` is a umem returned by `ib_umem_get_va` and owned by this value (released on
-/// drop). Its fields do not change while it exists.
+/// `ptr` is a umem returned by `ib_umem_get_va` for an rsiw device and owned by this value
+/// (released on drop). Its fields and its DMA-mapped scatter table do not change while it
+/// exists. rsiw devices use virtual DMA (no `dma_device`), so the table's DMA addresses are
+/// the kernel virtual addresses of the pinned pages (`ib_dma_virt_map_sg()`).
 pub(crate) struct UMem {
     ptr: NonNull<bindings::ib_umem>,
 }
@@ -57,6 +59,42 @@ impl UMem {
     pub(crate) fn length(&self) -> u64 {
         // SAFETY: as above.
         unsafe { (*self.ptr.as_ptr()).length as u64 }
+    }
+
+    /// The offset of the first octet in its page (`ib_umem_offset()`).
+    pub(crate) fn page_offset(&self) -> u64 {
+        self.address() & (kernel::page::PAGE_SIZE as u64 - 1)
+    }
+
+    /// Returns the kernel virtual address of octet `off` of the pinned pages, counted from
+    /// the start of the first page (so octet `k` of the range is at
+    /// `off = page_offset() + k`), and how many octets are contiguous from there; `None`
+    /// beyond the last page.
+    pub(crate) fn segment_at(&self, off: u64) -> Option<(u64, u64)> {
+        // SAFETY: the umem is live and immutable (type invariant); `ib_umem_get` built its
+        // scatter table from whole pages and DMA-mapped `nents` entries of it.
+        let (mut sg, n) = unsafe {
+            let t = &(*self.ptr.as_ptr()).sgt_append.sgt;
+            (t.sgl, t.nents)
+        };
+        let mut base = 0u64;
+        for _ in 0..n {
+            if sg.is_null() {
+                return None;
+            }
+            // SAFETY: `sg` is one of the `nents` mapped entries of the live table.
+            let (addr, len) = unsafe {
+                (bindings::rsiw_sg_dma_address(sg), u64::from(bindings::rsiw_sg_dma_len(sg)))
+            };
+            let rel = off.checked_sub(base)?;
+            if rel < len {
+                return Some((addr.checked_add(rel)?, len - rel));
+            }
+            base = base.checked_add(len)?;
+            // SAFETY: as above; `sg_next` follows chained tables and returns null at the end.
+            sg = unsafe { bindings::rsiw_sg_next(sg) };
+        }
+        None
     }
 }
 

@@ -11,7 +11,8 @@
 //! here in a `KBox` and freed in `dereg_mr`.
 
 use super::bindings;
-use super::ibdev::{errno, DeviceOps, IbDevice, UserResponse};
+use super::ibdev::{errno, DeviceOps, IbDevice};
+use super::udata::UserResponse;
 use super::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, Obj, PdId, SrqRef};
 use super::wr::{PostError, RecvWr, SendWr, WrList};
 use core::mem::MaybeUninit;

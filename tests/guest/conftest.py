@@ -37,6 +37,32 @@ def dmesg_lines():
     return sh("dmesg").stdout.splitlines()
 
 
+_marks = 0
+
+
+def dmesg_mark():
+    """Writes a unique marker line into the kernel log and returns it, for dmesg_since().
+
+    Positions in `dmesg` output are no marker: once the log buffer wraps (every module load
+    logs the KUnit results), old lines drop off the front and an offset points elsewhere.
+    """
+    global _marks
+    _marks += 1
+    mark = f"rsiw-test-mark {os.getpid()}.{_marks}.{time.monotonic_ns()}"
+    with open("/dev/kmsg", "w") as f:
+        f.write(mark + "\n")
+    return mark
+
+
+def dmesg_since(mark):
+    """Returns the kernel log lines after `mark` (all lines if the mark wrapped away)."""
+    lines = dmesg_lines()
+    for i in range(len(lines) - 1, -1, -1):
+        if mark in lines[i]:
+            return lines[i + 1:]
+    return lines
+
+
 def module_loaded(name):
     return os.path.isdir(f"/sys/module/{name}") and os.path.exists(f"/sys/module/{name}/refcnt")
 
@@ -116,6 +142,8 @@ def rsiw_leaks(report):
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_checks():
+    # dmesg_mark() writes to /dev/kmsg, which the kernel rate-limits by default.
+    sh("echo on > /proc/sys/kernel/printk_devkmsg", check=False)
     # Forget leaks from boot (not rsiw's): only new ones count.
     if os.path.exists(KMEMLEAK):
         kmemleak_report()
@@ -131,9 +159,9 @@ def _session_checks():
 @pytest.fixture(autouse=True)
 def kernel_clean(request):
     """Fails the test if it made the kernel report a problem."""
-    before = len(dmesg_lines())
+    mark = dmesg_mark()
     yield
-    new = dmesg_lines()[before:]
+    new = dmesg_since(mark)
     bad = [line for line in new if BAD_DMESG.search(line)]
     assert not bad, "kernel reported problems during the test:\n" + "\n".join(new[-80:])
     leaks = rsiw_leaks(kmemleak_report())

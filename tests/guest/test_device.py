@@ -8,6 +8,8 @@ import pytest
 
 from conftest import (
     del_link,
+    dmesg_mark,
+    dmesg_since,
     load_rsiw,
     load_siw,
     make_dummy,
@@ -168,12 +170,12 @@ def test_bad_link_add_requests_fail_cleanly(rsiw, dummy):
     # Missing netdev.
     assert sh("rdma link add rsiw9 type rsiw netdev nosuchdev0", check=False).returncode != 0
     sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
-    before = sh("dmesg").stdout
+    mark = dmesg_mark()
     # The netdev already has an rsiw device.
     r = sh(f"rdma link add rsiw1 type rsiw netdev {dummy}", check=False)
     assert r.returncode != 0
     assert "rsiw1" not in rdma_links()
-    new = sh("dmesg").stdout[len(before):]
+    new = "\n".join(dmesg_since(mark))
     assert re.search(rf"rsiw1: netdev {dummy} already has a soft-iWARP device", new), new
     # Duplicate device name on another netdev.
     make_dummy("rsdum1")

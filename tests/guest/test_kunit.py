@@ -6,18 +6,18 @@ import re
 
 import pytest
 
-from conftest import load_rsiw, sh, unload_rsiw
+from conftest import dmesg_mark, dmesg_since, load_rsiw, unload_rsiw
 
-SUITES = ["rsiw_crc32c", "rsiw_verbs"]
+SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs"]
 
 
 @pytest.mark.skipif(os.environ.get("RSIW_KERNEL") != "debug", reason="KUnit is built in only on the debug kernel")
 def test_kunit_suites_pass():
     unload_rsiw()
-    before = len(sh("dmesg").stdout.splitlines())
+    mark = dmesg_mark()
     load_rsiw()
     try:
-        new = "\n".join(sh("dmesg").stdout.splitlines()[before:])
+        new = "\n".join(dmesg_since(mark))
         for suite in SUITES:
             assert re.search(rf"^\s*(\[[^\]]*\]\s*)?ok \d+ {suite}\s*$", new, re.M), (
                 f"KUnit suite {suite} did not pass:\n{new}"

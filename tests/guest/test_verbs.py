@@ -124,9 +124,11 @@ def test_objects_create_destroy_and_show_in_restrack(ctx):
     mr = MR(pd, 4096, ACCESS)
     assert qp.qp_num != qp2.qp_num and qp.qp_num > 0
 
-    qps = sh(f"rdma resource show qp link {DEV}/1").stdout
-    assert re.search(rf"lqpn {qp.qp_num}\b.*type RC", qps), qps
-    assert re.search(rf"lqpn {qp2.qp_num}\b", qps), qps
+    # A QP gets a port only from modify_qp(IB_QP_PORT): until then restrack shows
+    # "link DEV/-" and a port filter ("link DEV/1") would hide it.
+    qps = sh("rdma resource show qp").stdout
+    assert re.search(rf"link {DEV}/\S+ lqpn {qp.qp_num}\b.*type RC", qps), qps
+    assert re.search(rf"link {DEV}/\S+ lqpn {qp2.qp_num}\b", qps), qps
     cqs = sh(f"rdma resource show cq dev {DEV}").stdout
     assert re.search(r"cqe 8\b", cqs), cqs
     mrs = sh(f"rdma resource show mr dev {DEV}").stdout
@@ -137,7 +139,7 @@ def test_objects_create_destroy_and_show_in_restrack(ctx):
 
     for obj in (qp, qp2, srq, mr, cq, pd):
         obj.close()
-    assert "lqpn" not in sh(f"rdma resource show qp link {DEV}/1").stdout
+    assert f"link {DEV}/" not in sh("rdma resource show qp").stdout
     assert "cqe" not in sh(f"rdma resource show cq dev {DEV}").stdout
     assert "mrn" not in sh(f"rdma resource show mr dev {DEV}").stdout
 
@@ -297,9 +299,11 @@ def test_doorbell_in_reset_fails(ctx):
     cq = CQ(ctx, 16)
     mr = MR(pd, 4096, ACCESS)
     qp = make_qp(pd, cq)
-    with pytest.raises(PyverbsRDMAError) as ei:
+    # The siw library returns the doorbell write's -1 (errno is not kept by pyverbs):
+    # the kernel's reason is in the log.
+    with pytest.raises(PyverbsRDMAError):
         qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)]))
-    assert errno_of(ei) == errno.EINVAL
+    assert "post_send in RESET" in dmesg_tail()
 
 
 def test_srq_qp_error_keeps_srq_wqes_and_reports_last_wqe(ctx):
@@ -331,14 +335,15 @@ def test_srq_limits_modify_query(ctx):
     with pytest.raises(PyverbsRDMAError) as ei:
         SRQ(pd, SrqInitAttr(attr=SrqAttr(max_wr=8, max_sge=MAX_SGE + 1)))
     assert errno_of(ei) == errno.EINVAL
+    # The siw library has no query_srq (ibv_query_srq fails with EOPNOTSUPP in user
+    # space); the KUnit suite rsiw_kverbs queries kernel SRQs. max_wr 12 becomes 16:
     srq = SRQ(pd, SrqInitAttr(attr=SrqAttr(max_wr=12, max_sge=2)))
-    a = srq.query()
-    assert (a.max_wr, a.max_sge, a.srq_limit) == (16, 2, 0)
     srq.modify(SrqAttr(srq_limit=5), e.IBV_SRQ_LIMIT)
-    assert srq.query().srq_limit == 5
+    srq.modify(SrqAttr(srq_limit=16), e.IBV_SRQ_LIMIT)
     with pytest.raises(PyverbsRDMAError) as ei:
         srq.modify(SrqAttr(srq_limit=17), e.IBV_SRQ_LIMIT)
     assert errno_of(ei) == errno.EINVAL
+    assert "srq_limit 17 above the SRQ size 16" in dmesg_tail()
     with pytest.raises(PyverbsRDMAError) as ei:
         srq.modify(SrqAttr(max_wr=32), e.IBV_SRQ_MAX_WR)
     assert errno_of(ei) == errno.EOPNOTSUPP

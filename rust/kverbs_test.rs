@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit suite `rsiw_kverbs`: rsiw's verbs as a kernel consumer sees them, through the
+//! RDMA core (`ib_alloc_pd`, `ib_create_qp`, `ib_post_send`, `ib_poll_cq`, `ib_drain_qp`,
+//! `ib_alloc_mr`, `ib_map_mr_sg`, ...), and the interface the transport slice builds on:
+//! the connection manager's state setters, the TX and RX paths' WQE functions and the
+//! STag lookup. Each test creates an rsiw device on the loopback netdev and removes it.
+//!
+//! A failed KUnit assertion ends the test thread without running destructors, which would
+//! leave the device (and the module) pinned; so the flows check with [`check!`], which
+//! returns early and lets every object be destroyed, and each test asserts once at the end.
+
+#[kernel::prelude::kunit_tests(rsiw_kverbs)]
+mod suite {
+    use crate::device::{Device, Link};
+    use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
+    use crate::mem::{access_bits, Segment, MAX_FRMR_PAGES};
+    use crate::qp::wqe::{BadSqe, BadWqe, Stale};
+    use crate::qp::Qp;
+    use crate::srq::Srq;
+    use crate::sys::bindings as b;
+    use crate::sys::kverbs::{
+        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp, KSrq,
+        PostFail, RecvReq, SendReq, Sge,
+    };
+    use crate::sys::link::LinkHandler;
+    use crate::sys::Pod;
+    use kernel::prelude::*;
+
+    /// A failed check: where, and what was expected.
+    struct Fail {
+        line: u32,
+        what: &'static str,
+    }
+
+    type Checked = core::result::Result<(), Fail>;
+
+    /// Returns from the flow with a [`Fail`] unless `cond` holds.
+    macro_rules! check {
+        ($cond:expr) => {
+            if !$cond {
+                return Err(Fail { line: line!(), what: stringify!($cond) });
+            }
+        };
+    }
+
+    /// Unwraps an `Ok`/`Some`, or returns from the flow with a [`Fail`].
+    macro_rules! req {
+        ($e:expr) => {
+            match $e.ok() {
+                Some(v) => v,
+                None => return Err(Fail { line: line!(), what: stringify!($e) }),
+            }
+        };
+    }
+
+    /// Unwraps a `Some(Ok(_))` (a WQE from the TX or RX interface).
+    macro_rules! wqe {
+        ($e:expr) => {
+            match $e {
+                Some(Ok(w)) => w,
+                _ => return Err(Fail { line: line!(), what: stringify!($e) }),
+            }
+        };
+    }
+
+    const NAME: &CStr = c"rsiw_kunit";
+    const SUCCESS: u16 = b::siw_wc_status_SIW_WC_SUCCESS as u16;
+    const RESET: b::ib_qp_state = b::ib_qp_state_IB_QPS_RESET;
+    const INIT: b::ib_qp_state = b::ib_qp_state_IB_QPS_INIT;
+    const RTS: b::ib_qp_state = b::ib_qp_state_IB_QPS_RTS;
+    const ERR: b::ib_qp_state = b::ib_qp_state_IB_QPS_ERR;
+    const SIGNALED: u32 = b::ib_send_flags_IB_SEND_SIGNALED as u32;
+    const LOCAL_WRITE: u32 = b::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
+
+    static CQ_EV: Events = Events::new();
+    static QP_EV: Events = Events::new();
+    static SRQ_CQ_EV: Events = Events::new();
+    static SRQ_EV: Events = Events::new();
+    static SRQ_QP_EV: Events = Events::new();
+
+    /// Creates an rsiw device on `lo`, runs `f` on it and removes the device.
+    fn with_device(f: impl FnOnce(&KDevice<Device>) -> Checked) -> Checked {
+        let lo = req!(netdev_by_name(c"lo").ok_or(()));
+        let made = <Link as LinkHandler>::newlink(NAME, &lo);
+        check!(made.is_ok());
+        let dev = req!(KDevice::<Device>::of_netdev(&lo).ok_or(()));
+        let r = f(&dev);
+        dev.unregister();
+        r
+    }
+
+    /// Runs `flow` on a fresh device; logs where it failed.
+    fn run(flow: fn(&KDevice<Device>) -> Checked) -> bool {
+        match with_device(flow) {
+            Ok(()) => true,
+            Err(f) => {
+                pr_err!("rsiw_kverbs: check failed at line {}: {}\n", f.line, f.what);
+                false
+            }
+        }
+    }
+
+    fn errno_at(r: core::result::Result<(), PostFail>) -> Option<(i32, usize)> {
+        r.err().map(|(e, i)| (e.to_errno(), i))
+    }
+
+    fn send(id: u64, opcode: b::ib_wr_opcode, flags: u32, sges: &[Sge]) -> SendReq<'_> {
+        SendReq { id, opcode, flags, sges, rdma: (0, 0) }
+    }
+
+    fn recv(id: u64, sges: &[Sge]) -> RecvReq<'_> {
+        RecvReq { id, sges }
+    }
+
+    /// Polls one completion and returns `(wr_id, status, opcode, byte_len)`.
+    fn poll_one(cq: &KCq<'_, Device>) -> Option<(u64, b::ib_wc_status, b::ib_wc_opcode, u32)> {
+        let mut wc = [b::ib_wc::zeroed(); 1];
+        (cq.poll(&mut wc) == 1).then(|| (wc_wr_id(&wc[0]), wc[0].status, wc[0].opcode, wc[0].byte_len))
+    }
+
+    /// Kernel QP verbs, the CM's RTS and ERROR setters, and the TX/RX WQE interface.
+    fn qp_flow(dev: &KDevice<Device>) -> Checked {
+        let pd = req!(KPd::new(dev));
+        let cq = req!(KCq::new(dev, 32, &CQ_EV));
+        check!(cq.depth() == 32);
+        let caps = Caps { send_wr: 4, recv_wr: 3, send_sge: 2, recv_sge: 2, inline: 64 };
+        let qp = req!(KQp::new(&pd, &cq, &cq, None, b::ib_qp_type_IB_QPT_RC, caps, &QP_EV));
+        check!(qp.qpn() != 0);
+        check!(req!(qp.query()) == (RESET, 4, 4));
+        let buf = req!(KVec::from_elem(0u8, 4096, GFP_KERNEL));
+        let base = buf.as_ptr() as u64;
+        let lkey = pd.local_dma_lkey();
+        let one = [Sge { addr: base, len: 64, lkey }];
+        let two = [one[0], Sge { addr: base + 64, len: 64, lkey }];
+        let data = b"inline payload";
+        let inline = [Sge { addr: data.as_ptr() as u64, len: data.len() as u32, lkey: 0 }];
+
+        // Nothing may be posted in RESET.
+        check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
+        req!(qp.set_state(INIT));
+        // The RQ has 4 slots (3 rounded up).
+        req!(qp.post_recv(&[recv(10, &two), recv(11, &one), recv(12, &one), recv(15, &one)]));
+        check!(errno_at(qp.post_recv(&[recv(16, &one)])) == Some((ENOMEM.to_errno(), 0)));
+        let mut write = send(22, b::ib_wr_opcode_IB_WR_RDMA_WRITE, SIGNALED | b::ib_send_flags_IB_SEND_INLINE as u32, &inline);
+        write.rdma = (0x1000, 0x4242);
+        req!(qp.post_send(&[
+            send(20, b::ib_wr_opcode_IB_WR_SEND, SIGNALED, &one),
+            send(21, b::ib_wr_opcode_IB_WR_SEND, 0, &two),
+            write,
+        ]));
+        // Too many SGEs; LOCAL_INV needs the TX path; atomics do not exist on iWARP; full.
+        let three = [one[0], one[0], one[0]];
+        check!(errno_at(qp.post_send(&[send(30, b::ib_wr_opcode_IB_WR_SEND, 0, &three)])) == Some((EINVAL.to_errno(), 0)));
+        let r = qp.post_send(&[send(23, b::ib_wr_opcode_IB_WR_SEND, 0, &one), send(31, b::ib_wr_opcode_IB_WR_LOCAL_INV, 0, &[])]);
+        check!(errno_at(r) == Some((EOPNOTSUPP.to_errno(), 1)));
+        let atomic = send(32, b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP, 0, &one);
+        check!(errno_at(qp.post_send(&[atomic])) == Some((EINVAL.to_errno(), 0)));
+        check!(errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, &one)])) == Some((ENOMEM.to_errno(), 0)));
+        check!(poll_one(&cq).is_none());
+
+        // Posted, not processed until the connection manager enters RTS.
+        let q = qp.driver();
+        check!(q.pd() == pd.id());
+        check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
+        check!(qp.set_state(RTS).is_err());
+        req!(Qp::enter_rts(q));
+        check!(req!(qp.query()).0 == RTS);
+        req!(qp.set_state(RTS));
+        check!(qp.set_state(INIT).is_err() && qp.set_state(RESET).is_err());
+        check!(Qp::enter_rts(q).is_err());
+
+        // TX: peek, complete (signalled: a CQE), complete again (stale).
+        let w = wqe!(Qp::next_sqe(q));
+        check!(w.id == 20 && w.opcode == b::siw_opcode_SIW_OP_SEND as u8 && w.signalled());
+        check!(w.sges().len() == 1 && w.sges()[0].laddr == base && w.sges()[0].lkey == lkey);
+        check!(w.inline_data().is_none());
+        check!(wqe!(Qp::next_sqe(q)).id == 20);
+        req!(Qp::complete_sqe(q, &w, SUCCESS, 64).map_err(|_| ()));
+        check!(Qp::complete_sqe(q, &w, SUCCESS, 64) == Err(Stale));
+        check!(poll_one(&cq) == Some((20, b::ib_wc_status_IB_WC_SUCCESS, b::ib_wc_opcode_IB_WC_SEND, 64)));
+        // Unsignalled: no CQE.
+        let w = wqe!(Qp::next_sqe(q));
+        check!(w.id == 21 && !w.signalled() && w.sges().len() == 2);
+        req!(Qp::complete_sqe(q, &w, SUCCESS, 128).map_err(|_| ()));
+        check!(poll_one(&cq).is_none());
+        // Inline RDMA WRITE, released first and completed in error later.
+        let w = wqe!(Qp::next_sqe(q));
+        check!(w.id == 22 && w.opcode == b::siw_opcode_SIW_OP_WRITE as u8 && w.raddr == 0x1000 && w.rkey == 0x4242);
+        check!(w.sges().is_empty() && w.inline_data().map(|d| d.as_slice() == data) == Some(true));
+        req!(Qp::release_sqe(q, w.slot).map_err(|_| ()));
+        check!(Qp::release_sqe(q, w.slot) == Err(Stale));
+        Qp::complete_send(q, &w, b::siw_wc_status_SIW_WC_LOC_PROT_ERR as u16, 0);
+        check!(poll_one(&cq) == Some((22, b::ib_wc_status_IB_WC_LOC_PROT_ERR, b::ib_wc_opcode_IB_WC_RDMA_WRITE, 0)));
+
+        // A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
+        let w = wqe!(Qp::next_sqe(q));
+        check!(w.id == 23);
+        let bad = BadSqe { slot: w.slot, id: w.id, opcode: w.opcode, reason: BadWqe::Opcode(w.opcode) };
+        req!(Qp::fail_sqe(q, &bad).map_err(|_| ()));
+        check!(Qp::fail_sqe(q, &bad) == Err(Stale));
+        let op_err = b::ib_wc_status_IB_WC_LOC_QP_OP_ERR;
+        check!(poll_one(&cq) == Some((23, op_err, b::ib_wc_opcode_IB_WC_SEND, 0)));
+        check!(Qp::next_sqe(q).is_none());
+
+        // RX: take, complete with an invalidated STag.
+        let r = wqe!(Qp::take_rqe(q));
+        check!(r.id == 10 && r.sges().len() == 2 && r.sges()[1].laddr == base + 64);
+        Qp::complete_recv(q, r.id, SUCCESS, 77, Some(0xabcd_0011), false);
+        let mut wc = [b::ib_wc::zeroed(); 4];
+        check!(cq.poll(&mut wc) == 1);
+        check!(wc_wr_id(&wc[0]) == 10 && wc[0].opcode == b::ib_wc_opcode_IB_WC_RECV && wc[0].byte_len == 77);
+        check!(wc[0].qp == qp.as_ptr() && wc[0].wc_flags & b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0);
+        check!(wc_invalidate_rkey(&wc[0]) == 0xabcd_0011);
+
+        // Completion notification: one-shot arms, solicited-only arms, missed events.
+        check!(cq.req_notify(b::ib_cq_notify_flags_IB_CQ_NEXT_COMP) == 0);
+        let calls = CQ_EV.count();
+        let r = wqe!(Qp::take_rqe(q));
+        Qp::complete_recv(q, r.id, SUCCESS, 1, None, false);
+        check!(CQ_EV.count() == calls + 1 && CQ_EV.last() == Events::COMPLETION);
+        let flags = b::ib_cq_notify_flags_IB_CQ_SOLICITED | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+        check!(cq.req_notify(flags) == 1);
+        let r = wqe!(Qp::take_rqe(q));
+        Qp::complete_recv(q, r.id, SUCCESS, 0, None, false);
+        check!(CQ_EV.count() == calls + 1);
+        let r = wqe!(Qp::take_rqe(q));
+        check!(r.id == 15);
+        Qp::complete_recv(q, r.id, SUCCESS, 5, None, true);
+        check!(CQ_EV.count() == calls + 2);
+        check!(cq.poll(&mut wc) == 3 && wc_wr_id(&wc[0]) == 11 && wc_wr_id(&wc[1]) == 12 && wc_wr_id(&wc[2]) == 15);
+        check!(cq.req_notify(b::ib_cq_notify_flags_IB_CQ_NEXT_COMP | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS) == 0);
+
+        // A fatal error (CM, data path): event, flush of the rest (the armed CQ fires).
+        req!(qp.post_recv(&[recv(16, &one)]));
+        let events = QP_EV.count();
+        Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
+        check!(QP_EV.count() == events + 1 && QP_EV.last() == b::ib_event_type_IB_EVENT_QP_FATAL);
+        check!(CQ_EV.count() == calls + 3);
+        let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+        check!(poll_one(&cq) == Some((16, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
+        check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
+        check!(req!(qp.query()).0 == ERR);
+        Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
+        check!(QP_EV.count() == events + 1);
+        // In ERROR, posting completes at once (what ib_drain_qp relies on).
+        req!(qp.post_send(&[send(40, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
+        req!(qp.post_recv(&[recv(41, &one)]));
+        check!(poll_one(&cq) == Some((40, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
+        check!(poll_one(&cq) == Some((41, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
+        // ERROR -> RESET -> INIT makes the QP usable again.
+        req!(qp.set_state(RESET));
+        req!(qp.set_state(INIT));
+        check!(req!(qp.query()).0 == INIT);
+        Ok(())
+    }
+
+    /// Kernel SRQs: query, limits, the limit event through the RX interface, and an SRQ
+    /// QP's error (LAST_WQE_REACHED, the SRQ keeps its WQEs).
+    fn srq_flow(dev: &KDevice<Device>) -> Checked {
+        let pd = req!(KPd::new(dev));
+        let cq = req!(KCq::new(dev, 16, &SRQ_CQ_EV));
+        let srq = req!(KSrq::new(&pd, 6, 1, 0, &SRQ_EV));
+        check!(req!(srq.query()) == (8, 1, 0));
+        check!(srq.set_limit(9).is_err());
+        req!(srq.set_limit(3));
+        check!(req!(srq.query()) == (8, 1, 3));
+        let buf = req!(KVec::from_elem(0u8, 256, GFP_KERNEL));
+        let one = [Sge { addr: buf.as_ptr() as u64, len: 256, lkey: pd.local_dma_lkey() }];
+        let two = [one[0], one[0]];
+        check!(errno_at(srq.post_recv(&[recv(99, &two)])) == Some((EINVAL.to_errno(), 0)));
+        req!(srq.post_recv(&[recv(100, &one), recv(101, &one), recv(102, &one), recv(103, &one), recv(104, &one)]));
+
+        let caps = Caps { send_wr: 2, recv_wr: 0, send_sge: 1, recv_sge: 1, inline: 0 };
+        let qp = req!(KQp::new(&pd, &cq, &cq, Some(&srq), b::ib_qp_type_IB_QPT_RC, caps, &SRQ_QP_EV));
+        check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
+        req!(qp.set_state(INIT));
+        let q = qp.driver();
+        check!(Qp::take_rqe(q).is_none());
+        req!(Qp::enter_rts(q));
+        let events = SRQ_EV.count();
+        for id in 100..102 {
+            let r = wqe!(Qp::take_rqe(q));
+            check!(r.id == id && r.sges().len() == 1);
+            Qp::complete_recv(q, r.id, SUCCESS, 10, None, false);
+        }
+        // Two left, below the limit of three: the event, once.
+        check!(SRQ_EV.count() == events);
+        check!(wqe!(Qp::take_rqe(q)).id == 102);
+        check!(SRQ_EV.count() == events + 1 && SRQ_EV.last() == b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED);
+        check!(wqe!(Qp::take_rqe(q)).id == 103);
+        check!(SRQ_EV.count() == events + 1);
+        // Re-armed: the next consumption below the limit reports again.
+        req!(srq.set_limit(3));
+        check!(wqe!(Qp::take_rqe(q)).id == 104);
+        check!(SRQ_EV.count() == events + 2);
+        check!(Qp::take_rqe(q).is_none());
+        let mut wc = [b::ib_wc::zeroed(); 4];
+        check!(cq.poll(&mut wc) == 2);
+
+        // An SRQ QP entering ERROR leaves the SRQ's WQEs to its other QPs.
+        req!(srq.post_recv(&[recv(105, &one)]));
+        let qp_events = SRQ_QP_EV.count();
+        req!(qp.set_state(ERR));
+        check!(SRQ_QP_EV.count() == qp_events + 1 && SRQ_QP_EV.last() == b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
+        check!(cq.poll(&mut wc) == 0);
+        check!(Srq::take_rqe(srq.driver()).and_then(|r| r.ok()).map(|r| r.id) == Some(105));
+        Ok(())
+    }
+
+    /// The DMA MR of a kernel PD, fast-registration MRs, and the STag lookup,
+    /// resolution, fast registration and invalidation of the data paths.
+    fn mr_flow(dev: &KDevice<Device>) -> Checked {
+        let d = dev.driver();
+        let pd = req!(KPd::new(dev));
+        let pd2 = req!(KPd::new(dev));
+        let buf = req!(KVec::from_elem(0u8, 3 * 4096, GFP_KERNEL));
+        let base = buf.as_ptr() as u64;
+
+        // The PD's DMA MR: all kernel memory, local write, not invalidatable.
+        let dma = pd.local_dma_lkey();
+        let m = req!(d.lookup_stag(dma, pd.id(), LOCAL_WRITE, base, 100));
+        check!(m.resolve(base) == Some(Segment { kva: base, len: u64::MAX - base }));
+        check!(d.lookup_stag(dma, pd2.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated));
+        let remote_write = access_bits(Access::RemoteWrite);
+        check!(d.lookup_stag(dma, pd.id(), remote_write, base, 1).err() == Some(TaggedCheck::AccessRights));
+        check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
+
+        // Fast registration: invalid until REG_MR (executed by the TX path).
+        check!(KMr::new(&pd, MAX_FRMR_PAGES + 1).is_err());
+        let mr = req!(KMr::new(&pd, 4));
+        let (stag, _, _) = mr.key_and_range();
+        check!(stag >> 8 != 0 && stag & 0xff == 0);
+        check!(d.lookup_stag(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.fast_register(stag, pd.id(), 0) == Err(EINVAL));
+        check!(mr.map(&buf[100..100 + 8192]) == 1);
+        let (_, iova, len) = mr.key_and_range();
+        check!(iova == base + 100 && len == 8192);
+        let key = (stag & !0xff) | 0x5a;
+        let rights = (LOCAL_WRITE | remote_write) as i32;
+        check!(d.fast_register(key, pd2.id(), rights) == Err(EACCES));
+        req!(d.fast_register(key, pd.id(), rights));
+        check!(d.fast_register(key, pd.id(), rights) == Err(EINVAL));
+        check!(d.lookup_stag(stag, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        let m = req!(d.lookup_stag(key, pd.id(), remote_write, iova, 8192));
+        check!(m.stag() == key && m.pd() == pd.id() && m.bounds() == (iova, 8192) && m.is_valid());
+        check!(m.access() == LOCAL_WRITE | remote_write);
+        let remote_read = access_bits(Access::RemoteRead);
+        check!(d.lookup_stag(key, pd.id(), remote_read, iova, 1).err() == Some(TaggedCheck::AccessRights));
+        check!(d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.lookup_stag(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
+        // Resolution follows the page list: contiguous up to each page end.
+        let seg = |off: u64| {
+            let kva = base + 100 + off;
+            Segment { kva, len: (4096 - kva % 4096).min(8192 - off) }
+        };
+        for off in [0, 1, 3995, 3996, 5000, 8191] {
+            check!(m.resolve(iova + off) == Some(seg(off)));
+        }
+        check!(m.resolve(iova + 8192).is_none() && m.resolve(iova - 1).is_none());
+
+        // Invalidation (LOCAL_INV, Send with Invalidate); the held reference sees it.
+        check!(d.invalidate_stag(key, pd2.id()) == Err(InvalidateCheck::NotAssociated));
+        check!(d.invalidate_stag(stag, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        req!(d.invalidate_stag(key, pd.id()));
+        check!(d.invalidate_stag(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        check!(d.lookup_stag(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(!m.is_valid());
+        // Re-mapped and re-registered under another key; deregistration removes the STag.
+        check!(mr.map(&buf[0..4096]) == 1);
+        let again = (stag & !0xff) | 0x77;
+        req!(d.fast_register(again, pd.id(), LOCAL_WRITE as i32));
+        req!(d.lookup_stag(again, pd.id(), LOCAL_WRITE, base, 4096));
+        drop(mr);
+        check!(d.lookup_stag(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        Ok(())
+    }
+
+    /// Limits of kernel QPs, and `ib_drain_qp` on a directly polled CQ.
+    fn drain_flow(dev: &KDevice<Device>) -> Checked {
+        let pd = req!(KPd::new(dev));
+        let cq = req!(KCq::new_direct(dev, 16));
+        let caps = Caps { send_wr: 4, recv_wr: 4, send_sge: 1, recv_sge: 1, inline: 0 };
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        check!(KQp::new(&pd, &cq, &cq, None, b::ib_qp_type_IB_QPT_UD, caps, &QP_EV).is_err());
+        check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { send_wr: 0, ..caps }, &QP_EV).is_err());
+        check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { send_sge: 7, ..caps }, &QP_EV).is_err());
+        check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { inline: 81, ..caps }, &QP_EV).is_err());
+        let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
+        let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));
+        let one = [Sge { addr: buf.as_ptr() as u64, len: 64, lkey: pd.local_dma_lkey() }];
+        req!(qp.set_state(INIT));
+        req!(qp.post_recv(&[recv(1, &one), recv(2, &one)]));
+        req!(qp.post_send(&[send(3, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
+        req!(qp.set_state(ERR));
+        // SQ first, then RQ, each in posting order; unsignalled WRs report their flush.
+        let mut wc = [b::ib_wc::zeroed(); 4];
+        check!(cq.poll(&mut wc) == 3);
+        check!(wc_wr_id(&wc[0]) == 3 && wc_wr_id(&wc[1]) == 1 && wc_wr_id(&wc[2]) == 2);
+        check!(wc.iter().take(3).all(|w| w.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR));
+        // The CQ is empty: ib_drain_qp's own WRs are the only completions it processes.
+        qp.drain();
+        check!(cq.poll(&mut wc) == 0);
+        Ok(())
+    }
+
+    #[test]
+    fn kernel_qp_verbs_and_data_path_interface() {
+        assert!(run(qp_flow));
+    }
+
+    #[test]
+    fn kernel_srq_and_limit_event() {
+        assert!(run(srq_flow));
+    }
+
+    #[test]
+    fn memory_regions_and_stag_lookup() {
+        assert!(run(mr_flow));
+    }
+
+    #[test]
+    fn kernel_qp_limits_and_drain() {
+        assert!(run(drain_flow));
+    }
+}

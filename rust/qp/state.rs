@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The QP state machine and flushing.
+//!
+//! States follow the verbs (`IB_QPS_*`) and RFC 5040 §8 / the RDMAC verbs for iWARP:
+//! RESET → INIT (RDMAC "Idle") → RTR → RTS. Consumers move a QP with `modify_qp`, except
+//! into RTS: that needs an established iWARP connection, so only the connection manager
+//! enters it ([`Qp::enter_rts`]); `modify_qp` to RTS is accepted only from RTS. Work
+//! requests may be posted in INIT and RTR (iWARP "Idle": posted, not processed).
+//!
+//! Any state → ERROR ([`Qp::modify`], [`Qp::enter_error`], destroy) flushes: every posted
+//! SQE and RQE completes with `SIW_WC_WR_FLUSH_ERR` in posting order, signalled or not (the
+//! verbs always report a WR that completes in error), and its slot is released. A QP with
+//! an SRQ leaves the SRQ's WQEs alone and reports `IB_EVENT_QP_LAST_WQE_REACHED`.
+//! ERROR → RESET and INIT/RTR → RESET discard what is left without completions.
+//!
+//! Every transition is checked and made with both position locks held, so the connection
+//! manager and the data paths (which do not take the `attrs` mutex) cannot interleave with
+//! `modify_qp` into a state the table does not allow.
+
+use super::{invalid, Pos, Qp, VALID};
+use crate::cq::{Cq, Cqe, Notify};
+use crate::sys::bindings as b;
+use crate::sys::obj::IbQp;
+use crate::sys::ring::{Ring, RingElem};
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+
+const FLUSH: u16 = b::siw_wc_status_SIW_WC_WR_FLUSH_ERR as u16;
+/// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
+const STANDARD_BITS: u32 = (1 << 21) - 1;
+
+/// The QP states rsiw can be in (SQD/SQE, the iWARP Closing/Terminate states, come with
+/// the transport).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum State {
+    /// `IB_QPS_RESET`: nothing may be posted.
+    Reset = 0,
+    /// `IB_QPS_INIT` (iWARP Idle): WRs are queued, not processed.
+    Init = 1,
+    /// `IB_QPS_RTR` (iWARP Idle as well).
+    Rtr = 2,
+    /// `IB_QPS_RTS`: connected, the TX and RX paths process WRs.
+    Rts = 3,
+    /// `IB_QPS_ERR`: everything posted is flushed.
+    Error = 4,
+}
+
+impl State {
+    /// Decodes the stored state (anything unknown reads as ERROR).
+    pub(super) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Reset,
+            1 => Self::Init,
+            2 => Self::Rtr,
+            3 => Self::Rts,
+            _ => Self::Error,
+        }
+    }
+
+    /// The verbs state (`IB_QPS_*`).
+    pub(super) fn to_ib(self) -> b::ib_qp_state {
+        match self {
+            Self::Reset => b::ib_qp_state_IB_QPS_RESET,
+            Self::Init => b::ib_qp_state_IB_QPS_INIT,
+            Self::Rtr => b::ib_qp_state_IB_QPS_RTR,
+            Self::Rts => b::ib_qp_state_IB_QPS_RTS,
+            Self::Error => b::ib_qp_state_IB_QPS_ERR,
+        }
+    }
+
+    /// The rsiw state for a requested verbs state of QP `qpn`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (with a rate-limited message) for SQD, SQE and unknown values.
+    fn from_ib(qpn: u32, s: b::ib_qp_state) -> Result<Self> {
+        Ok(match s {
+            b::ib_qp_state_IB_QPS_RESET => Self::Reset,
+            b::ib_qp_state_IB_QPS_INIT => Self::Init,
+            b::ib_qp_state_IB_QPS_RTR => Self::Rtr,
+            b::ib_qp_state_IB_QPS_RTS => Self::Rts,
+            b::ib_qp_state_IB_QPS_ERR => Self::Error,
+            _ => {
+                return Err(invalid(qpn, format_args!("state {s} (SQD/SQE or unknown) cannot be requested on iWARP")));
+            }
+        })
+    }
+}
+
+/// Checks a transition `modify_qp` asks for (the verbs modify-QP table restricted to
+/// iWARP; RTS only from RTS, the connection manager enters it).
+///
+/// # Errors
+///
+/// `EINVAL` with a rate-limited message naming the transition.
+pub(super) fn check_transition(qpn: u32, cur: State, new: State) -> Result {
+    use State::*;
+    match (cur, new) {
+        (_, Error) | (Reset, Init) | (Init, Init) | (Init, Rtr) | (Rtr, Rtr) | (Rts, Rts) => Ok(()),
+        (Reset, Reset) | (Init, Reset) | (Rtr, Reset) | (Error, Reset) => Ok(()),
+        (_, Rts) => Err(invalid(
+            qpn,
+            format_args!("RTS needs an established iWARP connection (rdma_cm connect/accept)"),
+        )),
+        _ => Err(invalid(qpn, format_args!("transition {cur:?} -> {new:?} is not allowed"))),
+    }
+}
+
+impl Qp {
+    /// The current state.
+    pub(crate) fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// The completion of a flushed WQE `id` with `opcode` (`SIW_OP_*`).
+    pub(super) fn flush_cqe(qp: &IbQp<Qp>, id: u64, opcode: u8) -> Cqe {
+        // Error completions fire a solicited-only arm too (verbs: "solicited or in error").
+        Cqe { id, opcode, status: FLUSH, bytes: 0, qpn: qp.qpn(), qp: qp.as_raw(), solicited: true, inval_stag: 0 }
+    }
+
+    /// Completes every valid SQE from `get` with a flush error (at most one pass over the
+    /// ring: a user writing new SQEs meanwhile cannot keep us here). Stops early if the
+    /// send CQ overflows (a later flush continues).
+    pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> Notify {
+        let mut notify = Notify::NONE;
+        for _ in 0..qp.sq.size() {
+            let idx = pos.get;
+            if qp.sq.flags(idx) & VALID == 0 {
+                break;
+            }
+            let sqe = qp.sq.read(idx);
+            match Cq::push(&qp.scq, &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode))) {
+                Ok(n) => notify = notify.or(n),
+                Err(o) => {
+                    notify = notify.or(o.into());
+                    break;
+                }
+            }
+            qp.sq.set_flags(idx, 0);
+            pos.get = idx.wrapping_add(1);
+        }
+        notify
+    }
+
+    /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
+    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<b::siw_rqe>, pos: &mut Pos) -> Notify {
+        let mut notify = Notify::NONE;
+        for _ in 0..ring.size() {
+            let idx = pos.get;
+            if ring.flags(idx) & VALID == 0 {
+                break;
+            }
+            let rqe = ring.read(idx);
+            let op = b::siw_opcode_SIW_OP_RECEIVE as u8;
+            match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, op)) {
+                Ok(n) => notify = notify.or(n),
+                Err(o) => {
+                    notify = notify.or(o.into());
+                    break;
+                }
+            }
+            ring.set_flags(idx, 0);
+            pos.get = idx.wrapping_add(1);
+        }
+        notify
+    }
+
+    /// Releases every valid slot from `get` without completions (→ RESET).
+    fn discard<E: RingElem>(ring: &Ring<E>, pos: &mut Pos) {
+        for _ in 0..ring.size() {
+            if ring.flags(pos.get) & VALID == 0 {
+                break;
+            }
+            ring.set_flags(pos.get, 0);
+            pos.get = pos.get.wrapping_add(1);
+        }
+    }
+
+    /// Enters `new` if `allowed` accepts the current state, with both position locks held,
+    /// and flushes or discards as `new` requires; then delivers the completion
+    /// notifications (no lock held). Returns the previous state.
+    ///
+    /// # Errors
+    ///
+    /// The error of `allowed`; the state is unchanged.
+    fn enter_checked(qp: &IbQp<Qp>, new: State, allowed: impl FnOnce(State) -> Result) -> Result<State> {
+        let (prev, ns, nr) = {
+            let mut sq = qp.sq_pos.lock();
+            let mut rq = qp.rq_pos.lock();
+            let prev = qp.state();
+            allowed(prev)?;
+            qp.state.store(new as u8, Ordering::Release);
+            let (ns, nr) = match new {
+                State::Error => {
+                    let ns = Self::flush_sq_locked(qp, &mut sq);
+                    let nr = match &qp.rq {
+                        Some(ring) => Self::flush_rq_locked(qp, ring, &mut rq),
+                        None => Notify::NONE,
+                    };
+                    (ns, nr)
+                }
+                State::Reset => {
+                    Self::discard(&qp.sq, &mut sq);
+                    if let Some(ring) = &qp.rq {
+                        Self::discard(ring, &mut rq);
+                    }
+                    (Notify::NONE, Notify::NONE)
+                }
+                _ => (Notify::NONE, Notify::NONE),
+            };
+            (prev, ns, nr)
+        };
+        ns.deliver(&qp.scq);
+        nr.deliver(&qp.rcq);
+        Ok(prev)
+    }
+
+    /// Enters `new` unconditionally (destroy).
+    pub(super) fn enter_any(qp: &IbQp<Qp>, new: State) {
+        let _ = Self::enter_checked(qp, new, |_| Ok(()));
+    }
+
+    /// After entering ERROR from `prev`: a QP with an SRQ tells its consumer that it will
+    /// take no more WQEs from the SRQ (whose WQEs it leaves alone). Not during destroy.
+    fn after_error(qp: &IbQp<Qp>, prev: State) {
+        if prev != State::Error && qp.srq.is_some() && !qp.destroying.load(Ordering::Acquire) {
+            qp.dispatch_event(b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
+        }
+    }
+
+    /// `modify_qp` with `IB_QP_*` attribute mask `mask`: `IB_QP_STATE` (see the module
+    /// documentation for the transitions), `IB_QP_CUR_STATE` (must match) and
+    /// `IB_QP_ACCESS_FLAGS`; the other standard attributes are accepted and ignored (path,
+    /// timeout and retry attributes have no meaning on iWARP).
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for mask bits beyond the standard attributes; `EINVAL` for a state that
+    /// cannot be requested, a transition the table refuses (RTS from anything but RTS) or a
+    /// wrong `cur_qp_state`. Every error logs its cause (rate-limited).
+    pub(crate) fn modify(qp: &IbQp<Qp>, attr: &b::ib_qp_attr, mask: u32) -> Result {
+        let qpn = qp.qpn();
+        if mask & !STANDARD_BITS != 0 {
+            if crate::sys::ratelimit() {
+                pr_err!("QP {qpn}: modify_qp attribute mask {mask:#x} has unsupported bits\n");
+            }
+            return Err(EOPNOTSUPP);
+        }
+        let mut attrs = qp.attrs.lock();
+        let cur = qp.state();
+        if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 && attr.cur_qp_state != cur.to_ib() {
+            return Err(invalid(qpn, format_args!("cur_qp_state {} but the QP is {cur:?}", attr.cur_qp_state)));
+        }
+        let new = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 { State::from_ib(qpn, attr.qp_state)? } else { cur };
+        // Checked here for a clear error before anything changes, and again under the
+        // position locks (the connection manager or a data path may move the QP meanwhile).
+        check_transition(qpn, cur, new)?;
+        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
+            let prev = Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
+            if new == State::Error {
+                Self::after_error(qp, prev);
+            }
+        }
+        if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
+            attrs.access = attr.qp_access_flags;
+        }
+        Ok(())
+    }
+
+    /// For the connection manager: the iWARP connection of the QP is established (MPA
+    /// negotiation done), the QP enters RTS and the TX and RX paths may process its WQEs.
+    /// Does not sleep.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (logged, rate-limited) unless the QP is in INIT or RTR (iWARP Idle): a
+    /// QP the consumer reset or moved to ERROR meanwhile stays there.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "the connection manager (CM slice) is the user; KUnit tests it")
+    )]
+    pub(crate) fn enter_rts(qp: &IbQp<Qp>) -> Result {
+        let qpn = qp.qpn();
+        Self::enter_checked(qp, State::Rts, |now| match now {
+            State::Init | State::Rtr => Ok(()),
+            _ => Err(invalid(qpn, format_args!("connection established but the QP is {now:?}, not INIT/RTR"))),
+        })
+        .map(|_| ())
+    }
+
+    /// For the connection manager and the data paths: a fatal error (connection lost,
+    /// TERMINATE sent or received, a malformed user WQE) moves the QP to ERROR, which
+    /// flushes it (see the module documentation). `event` (`IB_EVENT_QP_FATAL`,
+    /// `IB_EVENT_QP_REQ_ERR`, `IB_EVENT_QP_ACCESS_ERR`) is reported to the consumer if the
+    /// QP was not in ERROR yet. Any context; call it with no QP, SRQ or CQ lock held.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "the connection manager and the data paths are the users; KUnit tests it")
+    )]
+    pub(crate) fn enter_error(qp: &IbQp<Qp>, event: Option<b::ib_event_type>) {
+        let prev = match Self::enter_checked(qp, State::Error, |_| Ok(())) {
+            Ok(prev) => prev,
+            // Not reached: every state may enter ERROR.
+            Err(_) => return,
+        };
+        if prev != State::Error {
+            if let Some(ev) = event {
+                qp.dispatch_event(ev);
+            }
+        }
+        Self::after_error(qp, prev);
+    }
+}
