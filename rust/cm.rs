@@ -20,6 +20,7 @@
 //! `EOPNOTSUPP`, and a connect the peer accepted reports CONNECT_REPLY with `-EOPNOTSUPP`;
 //! rejects (with private data) work end to end. Startup timeouts are missing too.
 
+use crate::conn::{Conn, MAX_IRD_ORD};
 use crate::device::Device;
 use crate::engine::startup::{Config, EnhancedConfig, Mode, Startup, Status};
 use crate::sys::ibdev::IbDevice;
@@ -151,7 +152,6 @@ enum State {
     /// Passive: CONNECT_REQUEST reported, waiting for the consumer's accept or reject.
     AwaitAccept,
     /// Startup done; the connection belongs to the transport (or is being handed over).
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     Established,
     /// Failed, rejected or closed; the socket is gone.
     Closed,
@@ -168,6 +168,10 @@ struct Inner {
     listener: Option<Arc<Listener>>,
     /// The socket's local and peer addresses.
     addrs: Option<(SockAddr, SockAddr)>,
+    /// Active: the consumer's QP number, IRD and ORD from `iw_connect`.
+    qpn: u32,
+    ird: u32,
+    ord: u32,
 }
 
 /// A connection endpoint (see the module documentation).
@@ -187,7 +191,17 @@ impl Cep {
     fn new(state: State, id: Option<CmId<Device>>, listener: Option<Arc<Listener>>) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
-                inner <- new_mutex!(Inner { state, sock: None, startup: None, id, listener, addrs: None }),
+                inner <- new_mutex!(Inner {
+                    state,
+                    sock: None,
+                    startup: None,
+                    id,
+                    listener,
+                    addrs: None,
+                    qpn: 0,
+                    ird: 0,
+                    ord: 0,
+                }),
                 work <- new_work!("rsiw_cep"),
             }),
             GFP_KERNEL,
@@ -223,7 +237,9 @@ impl Cep {
 
     fn do_connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
         let ndev = dev.netdev().ok_or(ENODEV)?;
-        let cfg = startup_config(param.ird, param.ord);
+        let ird = param.ird.min(MAX_IRD_ORD);
+        let ord = param.ord.min(MAX_IRD_ORD);
+        let cfg = startup_config(ird, ord);
         let startup = Startup::initiator(cfg, &param.private_data).map_err(|e| {
             if crate::sys::ratelimit() {
                 pr_warn!("connect: MPA Request refused ({e:?})\n");
@@ -252,26 +268,74 @@ impl Cep {
             g.sock = Some(sock);
             g.startup = Some(startup);
             g.addrs = Some(addrs);
+            g.qpn = param.qpn;
+            g.ird = ird;
+            g.ord = ord;
             Self::flush_tx(&mut g)?;
         }
         let _ = workqueue::system().enqueue(cep);
         Ok(())
     }
 
-    /// `iw_accept`: would send the MPA Reply and hand the connection to the QP's
-    /// transport. The transport does not exist yet, so the connection is closed (the
-    /// peer sees MPA startup fail) and `EOPNOTSUPP` returned, as for any verb rsiw does not
-    /// implement.
-    pub(crate) fn accept(this: Arc<Self>, _id: CmId<Device>, _param: ConnParam) -> Result {
+    /// `iw_accept`: sends the MPA Reply with the consumer's private data and IRD/ORD
+    /// (RFC 5044 §7.1.2, RFC 6581 §9.1), hands the connection to the transport on the
+    /// consumer's QP (which enters RTS) and reports ESTABLISHED.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the CEP is not waiting for an answer (the peer left) or the QP does not
+    /// exist or is not in INIT/RTR; `ECONNRESET` if the Reply cannot be sent. The
+    /// connection is closed on error.
+    pub(crate) fn accept(this: Arc<Self>, id: CmId<Device>, param: ConnParam) -> Result {
         let mut g = this.inner.lock();
         if g.state != State::AwaitAccept {
             return Err(EINVAL);
         }
-        Self::close_locked(&mut g);
-        if crate::sys::ratelimit() {
-            pr_warn!("accept: rsiw has no RDMA transport yet; connection closed\n");
+        let r = Self::do_accept(&mut g, id, &param);
+        if r.is_err() {
+            Self::close_locked(&mut g);
         }
-        Err(EOPNOTSUPP)
+        r
+    }
+
+    fn do_accept(g: &mut Inner, id: CmId<Device>, param: &ConnParam) -> Result {
+        let qp = id.qp_ref(param.qpn).ok_or_else(|| {
+            if crate::sys::ratelimit() {
+                pr_warn!("accept: no QP {}\n", param.qpn);
+            }
+            EINVAL
+        })?;
+        let ird = param.ird.min(MAX_IRD_ORD);
+        let ord = param.ord.min(MAX_IRD_ORD);
+        let st = g.startup.as_mut().ok_or(EINVAL)?;
+        st.set_local_ird_ord(ird as u16, ord as u16);
+        st.accept(&param.private_data).map_err(|e| {
+            if crate::sys::ratelimit() {
+                pr_warn!("accept: MPA Reply refused ({e:?})\n");
+            }
+            EINVAL
+        })?;
+        Self::flush_tx(g).map_err(|_| ECONNRESET)?;
+        let st = g.startup.as_ref().ok_or(EINVAL)?;
+        if st.status() != Status::Established {
+            // The draft Rtr-frame mode waits for the Initiator's Rtr frame first.
+            if crate::sys::ratelimit() {
+                pr_warn!("accept: MPA startup did not complete ({:?})\n", st.status());
+            }
+            return Err(EOPNOTSUPP);
+        }
+        let n = *st.negotiated().ok_or(EINVAL)?;
+        let (ird, ord) = n.ird_ord.map_or((ird, ord), |x| (u32::from(x.ird), u32::from(x.ord)));
+        let sock = g.sock.take().ok_or(ENOTCONN)?;
+        let addrs = g.addrs;
+        g.startup = None;
+        g.state = State::Established;
+        let mut id = Some(id);
+        Conn::establish(qp, sock, &mut id, &n, ird, ord, |id| {
+            let ev = CmEvent { kind: CmEventKind::Established, status: 0, addrs, private_data: &[], ird, ord };
+            let _ = id.event(&ev);
+        })?;
+        Ok(())
     }
 
     /// `iw_reject`: sends an MPA Reply with R=1 and the consumer's private data, then closes.
@@ -334,6 +398,33 @@ impl Cep {
         st.status()
     }
 
+    /// Active side, MPA Reply accepted: the transport takes the connection and the
+    /// consumer gets CONNECT_REPLY with status 0 and the peer's private data.
+    fn connected(g: &mut Inner) -> Result {
+        let st = g.startup.as_ref().ok_or(EINVAL)?;
+        let n = *st.negotiated().ok_or(EINVAL)?;
+        let pd = n.private_data;
+        let id = g.id.as_ref().ok_or(EINVAL)?;
+        let qp = id.qp_ref(g.qpn).ok_or(EINVAL)?;
+        let (ird, ord) = n.ird_ord.map_or((g.ird, g.ord), |x| (u32::from(x.ird), u32::from(x.ord)));
+        let sock = g.sock.take().ok_or(ENOTCONN)?;
+        let addrs = g.addrs;
+        g.startup = None;
+        g.state = State::Established;
+        Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
+            let ev = CmEvent {
+                kind: CmEventKind::ConnectReply,
+                status: 0,
+                addrs,
+                private_data: pd.as_slice(),
+                ird,
+                ord,
+            };
+            let _ = id.event(&ev);
+        })?;
+        Ok(())
+    }
+
     fn close_locked(g: &mut Inner) {
         g.state = State::Closed;
         if let Some(s) = g.sock.as_ref() {
@@ -380,14 +471,15 @@ impl Cep {
                 let status = Self::receive(g);
                 let (code, pd): (i32, KVec<u8>) = match status {
                     Status::AwaitingReply => return,
-                    Status::Established => {
-                        // The peer accepted, but there is no transport to run the
-                        // connection yet (see `accept`): a connect error for the consumer.
-                        if crate::sys::ratelimit() {
-                            pr_warn!("connect: rsiw has no RDMA transport yet; connection closed\n");
+                    Status::Established => match Self::connected(g) {
+                        Ok(()) => return,
+                        Err(e) => {
+                            if crate::sys::ratelimit() {
+                                pr_warn!("connect: cannot start the transport ({e:?})\n");
+                            }
+                            (e.to_errno(), KVec::new())
                         }
-                        (-(crate::sys::bindings::EOPNOTSUPP as i32), KVec::new())
-                    }
+                    },
                     Status::Rejected => {
                         let pd = g
                             .startup

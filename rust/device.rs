@@ -133,10 +133,10 @@ impl DeviceOps for Device {
         attr.max_srq = crate::module_parameters::max_srq.value();
         attr.max_srq_wr = MAX_SRQ_WR;
         attr.max_srq_sge = MAX_SGE;
-        // RDMA READ needs the transport: no read credits yet.
-        attr.max_qp_rd_atom = 0;
-        attr.max_qp_init_rd_atom = 0;
-        attr.max_res_rd_atom = 0;
+        // IRD and ORD ceilings per QP (RFC 6581 §9.1 negotiates within them).
+        attr.max_qp_rd_atom = crate::conn::MAX_IRD_ORD;
+        attr.max_qp_init_rd_atom = crate::conn::MAX_IRD_ORD;
+        attr.max_res_rd_atom = crate::conn::MAX_IRD_ORD * crate::module_parameters::max_qp.value();
         attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
         // Not IB_DEVICE_MEM_MGT_EXTENSIONS: REG_MR and LOCAL_INV work requests come with
         // the transport slice.

@@ -23,6 +23,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::udata::UserResponse;
 use crate::sys::obj::{IbMr, PdId};
+use crate::sys::kmem::Kva;
 use crate::sys::umem::UMem;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -68,10 +69,6 @@ pub(crate) type MrRef = Arc<Mem>;
 
 /// The `IB_ACCESS_*` rights an access of the RX engine needs (atomics are not granted on
 /// iWARP MRs: [`Access::RemoteAtomic`] always fails the rights check).
-#[cfg_attr(
-    not(CONFIG_KUNIT = "y"),
-    expect(dead_code, reason = "the RX path (transport slice) is the user; KUnit tests it")
-)]
 pub(crate) fn access_bits(a: Access) -> u32 {
     match a {
         Access::RemoteWrite => b::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
@@ -91,10 +88,6 @@ pub(crate) struct Segment {
     pub(crate) len: u64,
 }
 
-#[cfg_attr(
-    not(CONFIG_KUNIT = "y"),
-    expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests them")
-)]
 impl Mem {
     /// The STag (index and current key).
     pub(crate) fn stag(&self) -> u32 {
@@ -102,6 +95,10 @@ impl Mem {
     }
 
     /// The protection domain.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it")
+    )]
     pub(crate) fn pd(&self) -> PdId {
         self.pd
     }
@@ -150,7 +147,39 @@ impl Mem {
     }
 }
 
+impl Mem {
+    /// [`Mem::resolve`] as a kernel address range the transport copies to and from.
+    pub(crate) fn range(&self, to: u64) -> Option<Kva> {
+        let seg = self.resolve(to)?;
+        // SAFETY: `resolve` returns mapped memory of this region: pinned user pages in the
+        // linear map, a kernel consumer's DMA or fast-registered memory (virtual DMA), all
+        // valid while the region (`self`, held by the caller's `MrRef`) is alive.
+        Some(unsafe { Kva::new(seg.kva, seg.len) })
+    }
+}
+
 impl Device {
+    /// Whether the peer may invalidate `stag` with a Send with Invalidate on a stream of
+    /// PD `pd` (RFC 5040 §7.2): the checks of [`Device::invalidate_stag`], without
+    /// invalidating.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidateCheck`] naming the failed check.
+    pub(crate) fn check_invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
+        let mem = self.stags.get(stag >> 8).ok_or(InvalidateCheck::InvalidStag)?;
+        if mem.stag() != stag || !mem.is_valid() {
+            return Err(InvalidateCheck::InvalidStag);
+        }
+        if mem.pd != pd {
+            return Err(InvalidateCheck::NotAssociated);
+        }
+        if mem.dma {
+            return Err(InvalidateCheck::CannotInvalidate);
+        }
+        Ok(())
+    }
+
     /// Resolves `stag` for an access of `len` octets at tagged offset `to` needing the
     /// `IB_ACCESS_*` rights `access` (0 for a local read; [`access_bits`] for the RX
     /// engine's accesses) from a QP of protection domain `pd`. Any context (the table
@@ -165,10 +194,6 @@ impl Device {
     /// The RX engine's [`TaggedCheck`], first failing check first: `InvalidStag` (no such
     /// index, another key, or invalidated), `NotAssociated` (another PD), `AccessRights`,
     /// `BaseBounds`.
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests it")
-    )]
     pub(crate) fn lookup_stag(&self, stag: u32, pd: PdId, access: u32, to: u64, len: u64) -> Result<MrRef, TaggedCheck> {
         let mem = self.stags.get(stag >> 8).ok_or(TaggedCheck::InvalidStag)?;
         if !mem.is_valid() || mem.stag() != stag {
@@ -196,10 +221,6 @@ impl Device {
     ///
     /// [`InvalidateCheck`]: `InvalidStag` (no such STag or already invalid),
     /// `NotAssociated` (another PD), `CannotInvalidate` (a DMA MR).
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests it")
-    )]
     pub(crate) fn invalidate_stag(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
         let mem = self.stags.get(stag >> 8).ok_or(InvalidateCheck::InvalidStag)?;
         if mem.stag() != stag {
@@ -228,7 +249,7 @@ impl Device {
     /// MR that is still valid; `EACCES` for another PD.
     #[cfg_attr(
         not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the TX path (transport slice) is the user; KUnit tests it")
+        expect(dead_code, reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it")
     )]
     pub(crate) fn fast_register(&self, stag: u32, pd: PdId, access: i32) -> Result {
         let mem = self.stags.get(stag >> 8).ok_or(EINVAL)?;

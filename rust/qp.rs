@@ -14,7 +14,8 @@
 //! changes only with both held, so either lock gives a stable view. CQ and SRQ locks nest
 //! inside. Completion handlers and asynchronous events run after all QP, SRQ and CQ locks
 //! are dropped ([`crate::cq::Notify`]). `attrs` (a mutex) serialises `modify_qp` and
-//! destroy.
+//! destroy. `conn` (a spinlock, innermost) holds the connection of a connected QP; the
+//! connection's own mutex is never taken with a QP lock held.
 
 mod post;
 pub(crate) mod state;
@@ -23,6 +24,7 @@ pub(crate) mod wqe;
 
 pub(crate) use post::build_rqe;
 
+use crate::conn::Conn;
 use crate::cq::Cq;
 use crate::device::{take_slot, Device, SlotGuard};
 use crate::srq::Srq;
@@ -34,7 +36,7 @@ use crate::sys::ring::Ring;
 use crate::sys::verbs::QpInit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, new_spinlock_irq, Mutex, SpinLockIrq};
+use kernel::sync::{new_mutex, new_spinlock, new_spinlock_irq, Arc, Mutex, SpinLock, SpinLockIrq};
 use state::State;
 
 /// The deepest SQ or RQ rsiw grants (a power of two).
@@ -94,6 +96,9 @@ pub(crate) struct Qp {
     #[pin]
     attrs: Mutex<Attrs>,
     destroying: AtomicBool,
+    /// The connection while the QP is connected (set by the CM, cleared when it closes).
+    #[pin]
+    conn: SpinLock<Option<Arc<Conn>>>,
 }
 
 /// Logs `what` (rate-limited) for QP `qpn` and returns `EINVAL`.
@@ -210,6 +215,7 @@ impl Qp {
             state: AtomicU8::new(State::Reset as u8),
             attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
             destroying: AtomicBool::new(false),
+            conn <- new_spinlock!(None, "rsiw_qp_conn"),
         }? Error))
     }
 
@@ -217,6 +223,11 @@ impl Qp {
     /// without asynchronous events, and gives back the `max_qp` unit.
     pub(crate) fn destroy(dev: &IbDevice<Device>, qp: &IbQp<Qp>) {
         qp.destroying.store(true, Ordering::Release);
+        // Closing drops the connection's QP reference, which destroy then waits for.
+        let conn = qp.conn.lock().take();
+        if let Some(c) = conn {
+            c.close();
+        }
         {
             let _attrs = qp.attrs.lock();
             Self::enter_any(qp, State::Error);
@@ -240,20 +251,42 @@ impl Qp {
         if let Some(ndev) = dev.netdev() {
             attr.path_mtu = crate::device::ib_mtu(ndev.mtu());
         }
-        // No RDMA READ yet: no outbound or inbound read credits.
-        attr.max_rd_atomic = 0;
-        attr.max_dest_rd_atomic = 0;
+        // RDMA Read depths of the connection (none while not connected).
+        let (ird, ord) = Self::conn(qp).map_or((0, 0), |c| c.ird_ord());
+        attr.max_rd_atomic = ord as u8;
+        attr.max_dest_rd_atomic = ird as u8;
         init.cap = attr.cap;
         init.sq_sig_type = if qp.sig_all { b::ib_sig_type_IB_SIGNAL_ALL_WR } else { b::ib_sig_type_IB_SIGNAL_REQ_WR };
     }
 
     /// The protection domain the QP belongs to: STags used on it must belong to the same
     /// one ([`Device::lookup_stag`]).
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the transport slice is the user; KUnit tests it")
-    )]
     pub(crate) fn pd(&self) -> PdId {
         self.pd
+    }
+
+    /// Makes `conn` the QP's connection (the CM, before the QP enters RTS).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the QP is being destroyed or has a connection already.
+    pub(crate) fn attach_conn(qp: &IbQp<Qp>, conn: Arc<Conn>) -> Result {
+        let mut slot = qp.conn.lock();
+        // Checked under the slot lock: destroy sets the flag before emptying the slot.
+        if qp.destroying.load(Ordering::Acquire) || slot.is_some() {
+            return Err(invalid(qp.qpn(), format_args!("QP is being destroyed or connected already")));
+        }
+        *slot = Some(conn);
+        Ok(())
+    }
+
+    /// Forgets the QP's connection (the connection, when it closes).
+    pub(crate) fn detach_conn(qp: &IbQp<Qp>) {
+        drop(qp.conn.lock().take());
+    }
+
+    /// The QP's connection, if connected.
+    pub(crate) fn conn(qp: &IbQp<Qp>) -> Option<Arc<Conn>> {
+        qp.conn.lock().clone()
     }
 }

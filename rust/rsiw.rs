@@ -11,6 +11,7 @@ pub mod engine;
 pub mod wire;
 
 mod cm;
+mod conn;
 mod cq;
 mod crc;
 mod device;

@@ -721,6 +721,16 @@ impl Startup {
         }
     }
 
+    /// Responder: sets the local IRD and ORD the Reply offers (RFC 6581 §9.1), for a ULP
+    /// that learns them only when it accepts (iWARP CM: the accepting QP's resources).
+    /// No effect in [`Mode::Basic`].
+    pub fn set_local_ird_ord(&mut self, ird: u16, ord: u16) {
+        if let Mode::Enhanced(e) = &mut self.cfg.mode {
+            e.ird = ird;
+            e.ord = ord;
+        }
+    }
+
     /// Responder: accepts the Request, queues the Reply carrying `private_data`, and
     /// completes the negotiation (RFC 5044 §7.1.2 rule 2; RFC 6581 §9 for an enhanced
     /// Request: IRD/ORD per §9.1, RTR choice per §9.2, preferring Write, Read, Send).

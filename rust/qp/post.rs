@@ -162,9 +162,14 @@ impl Qp {
                     n.deliver(&qp.scq);
                     Ok(())
                 }
-                // The TX path (transport slice) takes the SQEs in RTS; in INIT and RTR
-                // they wait.
-                _ => Ok(()),
+                // In RTS the connection's TX path takes the new SQEs; in INIT and RTR
+                // they wait for it.
+                _ => {
+                    if let Some(c) = Self::conn(qp) {
+                        c.kick();
+                    }
+                    Ok(())
+                }
             };
         }
         let mut notify = Notify::NONE;
@@ -208,6 +213,9 @@ impl Qp {
             }
         }
         notify.deliver(&qp.scq);
+        if let Some(c) = Self::conn(qp) {
+            c.kick();
+        }
         res
     }
 

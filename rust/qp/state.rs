@@ -248,6 +248,17 @@ impl Qp {
             }
             return Err(EOPNOTSUPP);
         }
+        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 && attr.qp_state == b::ib_qp_state_IB_QPS_SQD {
+            // iw_cm's graceful disconnect (RFC 5040 §6.2.1: the stream closes, the QP
+            // leaves RTS). A QP that is not connected has nothing to drain.
+            return match Self::conn(qp) {
+                Some(c) => {
+                    c.close();
+                    Ok(())
+                }
+                None => Err(invalid(qpn, format_args!("SQD requested but the QP is not connected"))),
+            };
+        }
         let mut attrs = qp.attrs.lock();
         let cur = qp.state();
         if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 && attr.cur_qp_state != cur.to_ib() {
@@ -261,6 +272,13 @@ impl Qp {
             let prev = Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
             if new == State::Error {
                 Self::after_error(qp, prev);
+                // An abrupt disconnect (iw_cm) or the consumer's ERROR: the connection
+                // closes (its mutex is taken without QP locks held).
+                if let Some(c) = qp.conn.lock().take() {
+                    drop(attrs);
+                    c.close();
+                    return Ok(());
+                }
             }
         }
         if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
@@ -277,10 +295,6 @@ impl Qp {
     ///
     /// `EINVAL` (logged, rate-limited) unless the QP is in INIT or RTR (iWARP Idle): a
     /// QP the consumer reset or moved to ERROR meanwhile stays there.
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the connection manager (CM slice) is the user; KUnit tests it")
-    )]
     pub(crate) fn enter_rts(qp: &IbQp<Qp>) -> Result {
         let qpn = qp.qpn();
         Self::enter_checked(qp, State::Rts, |now| match now {
@@ -295,10 +309,6 @@ impl Qp {
     /// flushes it (see the module documentation). `event` (`IB_EVENT_QP_FATAL`,
     /// `IB_EVENT_QP_REQ_ERR`, `IB_EVENT_QP_ACCESS_ERR`) is reported to the consumer if the
     /// QP was not in ERROR yet. Any context; call it with no QP, SRQ or CQ lock held.
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "the connection manager and the data paths are the users; KUnit tests it")
-    )]
     pub(crate) fn enter_error(qp: &IbQp<Qp>, event: Option<b::ib_event_type>) {
         let prev = match Self::enter_checked(qp, State::Error, |_| Ok(())) {
             Ok(prev) => prev,

@@ -25,10 +25,6 @@
 //! The completion functions call the consumer's completion handler and CQ events: call
 //! them with no QP, SRQ or CQ lock held (softirq context is fine).
 
-#![cfg_attr(
-    not(CONFIG_KUNIT = "y"),
-    expect(dead_code, reason = "the TX and RX paths (transport slice) are the users; KUnit tests them")
-)]
 
 use super::state::State;
 use super::{Qp, INLINE, MAX_INLINE, MAX_SGE, SIGNALLED, VALID};

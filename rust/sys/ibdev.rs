@@ -809,3 +809,57 @@ impl Drop for Registry {
         REGISTRY_LIVE.store(false, Ordering::Release);
     }
 }
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// A counted reference to QP `qpn` of this device (for the transport of a connection),
+    /// or `None` if no such QP exists. The QP's destroy waits until it is dropped.
+    pub(crate) fn qp_ref(&self, qpn: u32) -> Option<QpRef<T>> {
+        let qp = self.qps.with(qpn, |p| {
+            // SAFETY: the table holds live QPs of this device; while its lock is held the
+            // QP cannot be removed, so it is live when the reference is taken.
+            let qp = unsafe { IbQp::<T::Qp>::from_raw(p.cast()) };
+            qp.get_ref();
+            NonNull::from(qp)
+        })?;
+        // INVARIANT: the reference was taken above; the device outlives its QPs.
+        Some(QpRef { dev: NonNull::from(self), qp })
+    }
+}
+
+/// A counted reference to a QP (as `iw_add_ref` takes), together with its device.
+///
+/// # Invariants
+///
+/// `qp` is a live QP of `dev` on which this value holds one reference (`IbQp::get_ref`),
+/// so its destroy cannot complete before the value is dropped; `dev` is live while any of
+/// its QPs is.
+pub(crate) struct QpRef<T: DeviceOps> {
+    dev: NonNull<IbDevice<T>>,
+    qp: NonNull<IbQp<T::Qp>>,
+}
+
+// SAFETY: a `QpRef` is a counted shared reference; the QP and device data are `Sync`.
+unsafe impl<T: DeviceOps> Send for QpRef<T> where T: Sync, T::Qp: Sync {}
+// SAFETY: as above.
+unsafe impl<T: DeviceOps> Sync for QpRef<T> where T: Sync, T::Qp: Sync {}
+
+impl<T: DeviceOps> QpRef<T> {
+    /// The QP.
+    pub(crate) fn qp(&self) -> &IbQp<T::Qp> {
+        // SAFETY: live while the reference is held (type invariant).
+        unsafe { self.qp.as_ref() }
+    }
+
+    /// The QP's device.
+    pub(crate) fn device(&self) -> &IbDevice<T> {
+        // SAFETY: live while its QP is (type invariant).
+        unsafe { self.dev.as_ref() }
+    }
+}
+
+impl<T: DeviceOps> Drop for QpRef<T> {
+    fn drop(&mut self) {
+        // Balances the reference taken by `qp_ref`; nothing touches the QP afterwards.
+        self.qp().put_ref();
+    }
+}

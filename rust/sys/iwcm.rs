@@ -15,7 +15,6 @@ use kernel::prelude::*;
 
 /// The events a provider reports on an `iw_cm_id` (`enum iw_cm_event_type`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[expect(dead_code, reason = "used by the transport (data-path slice)")]
 pub(crate) enum CmEventKind {
     /// A peer's MPA Request arrived on a listener (passive side).
     ConnectRequest,
@@ -56,6 +55,13 @@ pub(crate) struct CmEvent<'a> {
     pub(crate) ird: u32,
     /// See `ird`.
     pub(crate) ord: u32,
+}
+
+impl CmEvent<'_> {
+    /// An event without addresses, private data or IRD/ORD (DISCONNECT, CLOSE).
+    pub(crate) fn simple(kind: CmEventKind, status: i32) -> Self {
+        CmEvent { kind, status, addrs: None, private_data: &[], ird: 0, ord: 0 }
+    }
 }
 
 /// A reference to an `iw_cm_id` of a device of type `T`, taken with its `add_ref` and
@@ -120,6 +126,16 @@ impl<T: DeviceOps> CmId<T> {
     pub(crate) fn afonly(&self) -> bool {
         // SAFETY: as for `local_addr`.
         unsafe { b::rsiw_iw_cm_id_afonly(self.ptr.as_ptr()) }
+    }
+
+    /// A counted reference to QP `qpn` of the id's device (the QP a connect or accept
+    /// names), or `None` if there is no such QP.
+    pub(crate) fn qp_ref(&self, qpn: u32) -> Option<super::ibdev::QpRef<T>> {
+        // SAFETY: the id is valid (invariant) and bound to a live device of type `T`
+        // (iw_cm only calls a provider's ops with ids on its devices), which stays live
+        // while the id holds it.
+        let dev = unsafe { super::ibdev::IbDevice::<T>::from_raw((*self.ptr.as_ptr()).device) };
+        dev.qp_ref(qpn)
     }
 
     /// Reports `ev` (not a CONNECT_REQUEST: see [`Self::connect_request`]) to iw_cm.
@@ -212,7 +228,6 @@ pub(crate) struct ConnParam {
     /// Inbound RDMA Read Requests the QP can serve.
     pub(crate) ird: u32,
     /// The QP to connect.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) qpn: u32,
 }
 

@@ -39,6 +39,7 @@ pub(crate) mod bindings {
 
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
+pub(crate) mod kmem;
 pub(crate) mod iwcm;
 #[cfg(CONFIG_KUNIT = "y")]
 pub(crate) mod kverbs;
@@ -114,10 +115,6 @@ pub(crate) fn ratelimit() -> bool {
 }
 
 /// Folds `data` into the running CRC32c value `crc` with the kernel's `crc32c()`.
-#[cfg_attr(
-    not(CONFIG_KUNIT = "y"),
-    expect(dead_code, reason = "the MPA data path (not yet wired) is its user; KUnit tests it")
-)]
 pub(crate) fn crc32c(crc: u32, data: &[u8]) -> u32 {
     // SAFETY: `data` is valid for reads of `data.len()` octets.
     unsafe { bindings::crc32c(crc, data.as_ptr().cast(), data.len()) }

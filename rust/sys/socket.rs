@@ -38,7 +38,6 @@ pub(crate) trait SockEvents: Send + Sync + 'static {
 /// TCP states of [`Socket::state`] (`TCP_*` in `include/net/tcp_states.h`).
 pub(crate) mod tcp_state {
     /// Connection established.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) const ESTABLISHED: i32 = 1;
     /// Closed.
     pub(crate) const CLOSE: i32 = 7;
@@ -376,7 +375,6 @@ impl SockOps {
     }
 
     /// The current TCP MSS (octets of TCP payload per segment).
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) fn mss(&self) -> u32 {
         // SAFETY: valid socket (invariant).
         unsafe { b::rsiw_tcp_mss(self.0.as_ptr()) }
@@ -405,6 +403,22 @@ impl SockOps {
         let ret = unsafe {
             b::rsiw_send_kvec(self.0.as_ptr(), vec.as_mut_ptr(), bufs.len(), total, more)
         };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Queues the `len` octets that `vecs` describe without waiting (for
+    /// [`super::kmem::IoList`]); returns how many octets TCP took.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`].
+    pub(super) fn send_kvecs(&self, vecs: &mut [b::kvec], len: usize, more: bool) -> Result<usize> {
+        // SAFETY: valid socket; the caller's kvecs describe readable memory
+        // (`IoList` invariant) that `kernel_sendmsg` copies before returning.
+        let ret = unsafe { b::rsiw_send_kvec(self.0.as_ptr(), vecs.as_mut_ptr(), vecs.len(), len, more) };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
@@ -488,6 +502,20 @@ impl SkbChunk<'_> {
         // SAFETY: `skb` holds the range (invariant and the check above); `dst` is valid for
         // `dst.len()` octets of writes.
         to_result(unsafe { b::rsiw_skb_copy_bits(self.skb, off, dst.as_mut_ptr().cast(), dst.len()) })
+    }
+
+    /// Copies `dst.len()` octets starting `at` octets into the chunk to the registered
+    /// memory `dst` (payload placement, RFC 5041 §3: straight from the socket buffer).
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` if the range leaves the chunk.
+    pub(crate) fn copy_to_kva(&self, at: usize, dst: &super::kmem::Kva) -> Result {
+        let len = usize::try_from(dst.len()).map_err(|_| EFAULT)?;
+        let off = self.range(at, len)?;
+        // SAFETY: `skb` holds the range (invariant and the check above); `dst` is mapped
+        // kernel memory valid for writes (`Kva` invariant).
+        to_result(unsafe { b::rsiw_skb_copy_bits(self.skb, off, dst.addr() as usize as *mut c_void, len) })
     }
 
     /// Copies `len` octets starting `at` octets into the chunk to `page` at `page_off`

@@ -12,11 +12,6 @@ import pytest
 
 from conftest import sh
 
-from pyverbs import cm_enums as ce
-from pyverbs.cmid import AddrInfo, CMID, ConnParam
-from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QPCap, QPInitAttr
-
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
 
@@ -42,6 +37,12 @@ SERVER = textwrap.dedent("""
             print("accepted", flush=True)
         except PyverbsRDMAError as e:
             print(f"accept-errno {e.error_code}", flush=True)
+    # librdmacm acknowledges the listener's CONNECT_REQUEST event when the new id is
+    # destroyed, and destroying the listener waits for that acknowledgement: close the
+    # new id first (interpreter shutdown would pick an arbitrary order and hang).
+    req.close()
+    listen.close()
+    print("closed", flush=True)
     """)
 
 
@@ -59,47 +60,73 @@ def server(port, action):
     return p
 
 
-def connect(port, private_data=b""):
-    ai = AddrInfo(src=ADDR, dst=ADDR, dst_service=str(port), port_space=ce.RDMA_PS_TCP)
+CLIENT = textwrap.dedent("""
+    import sys
+    from pyverbs import cm_enums as ce
+    from pyverbs.cmid import AddrInfo, CMID, ConnParam
+    from pyverbs.pyverbs_error import PyverbsRDMAError
+    from pyverbs.qp import QPCap, QPInitAttr
+    addr, port, pdata = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+    ai = AddrInfo(src=addr, dst=addr, dst_service=port, port_space=ce.RDMA_PS_TCP)
     cmid = CMID(creator=ai, qp_init_attr=QPInitAttr(cap=QPCap(max_send_wr=4, max_recv_wr=4)))
     # rsiw advertises no RDMA Read resources until the transport exists
     # (max_qp_rd_atom = 0), so librdmacm refuses anything but 0/0.
     param = ConnParam(resources=0, depth=0)
-    if private_data:
-        param.set_private_data(private_data)
+    if pdata:
+        param.set_private_data(pdata)
     try:
         cmid.connect(param)
-    finally:
-        cmid.close()
+        print("connected", flush=True)
+    except PyverbsRDMAError as e:
+        print(f"connect-errno {e.error_code}", flush=True)
+    cmid.close()
+    """)
+
+
+def connect(port, private_data=b""):
+    """Connects from a separate process (librdmacm keeps every device's verbs context open
+    for the life of a process, which would keep rsiw from unloading) and returns its output
+    line: `connected` or `connect-errno N`."""
+    p = subprocess.run([sys.executable, "-c", CLIENT, ADDR, str(port), private_data.decode()],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout.strip()
 
 
 def test_reject_reaches_the_client(cm_dev):
     srv = server(7471, "reject")
-    with pytest.raises(PyverbsRDMAError) as ei:
-        connect(7471, b"hello from rsiw")
+    res = connect(7471, b"hello from rsiw")
     out, _ = srv.communicate(timeout=60)
-    assert "rejected" in out, out
-    assert ei.value.error_code == errno.ECONNREFUSED
+    assert "rejected" in out and "closed" in out, out
+    assert res == f"connect-errno {errno.ECONNREFUSED}"
 
 
 def test_accept_fails_cleanly_without_a_transport(cm_dev):
     srv = server(7472, "accept")
-    with pytest.raises(PyverbsRDMAError):
-        connect(7472)
+    res = connect(7472)
     out, _ = srv.communicate(timeout=60)
+    assert res.startswith("connect-errno"), res
     assert f"accept-errno {errno.EOPNOTSUPP}" in out, out
 
 
 def test_connect_to_nobody_is_refused(cm_dev):
-    with pytest.raises(PyverbsRDMAError) as ei:
-        connect(7473)
-    assert ei.value.error_code in (errno.ECONNREFUSED, errno.ECONNRESET), ei.value
+    res = connect(7473)
+    assert res in (f"connect-errno {errno.ECONNREFUSED}", f"connect-errno {errno.ECONNRESET}"), res
 
 
 def test_listen_and_close_repeatedly(cm_dev):
-    for i in range(20):
-        ai = AddrInfo(src=ADDR, src_service=str(7480), port_space=ce.RDMA_PS_TCP,
-                      flags=ce.RAI_PASSIVE)
-        cmid = CMID(creator=ai)
-        cmid.listen()
-        cmid.close()
+    script = textwrap.dedent("""
+        import sys
+        from pyverbs import cm_enums as ce
+        from pyverbs.cmid import AddrInfo, CMID
+        for i in range(20):
+            ai = AddrInfo(src=sys.argv[1], src_service="7480", port_space=ce.RDMA_PS_TCP,
+                          flags=ce.RAI_PASSIVE)
+            cmid = CMID(creator=ai)
+            cmid.listen()
+            cmid.close()
+        print("listened 20 times", flush=True)
+        """)
+    p = subprocess.run([sys.executable, "-c", script, ADDR], capture_output=True, text=True,
+                       timeout=120)
+    assert p.stdout.strip() == "listened 20 times", p.stdout + p.stderr

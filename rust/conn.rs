@@ -1,0 +1,1017 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The transport of one established connection (RFC 5040, RFC 5041, RFC 5044 Full
+//! Operation): SQ work requests and Read Responses out through the protocol core's
+//! [`DdpTx`], received FPDUs through its [`Decoder`] straight into registered memory.
+//!
+//! # Owners and lifetime
+//!
+//! A [`Conn`] is created by the connection manager when MPA startup completed
+//! ([`Conn::establish`]). Three places hold it: the socket's callback attachment, the
+//! QP's connection slot (for doorbells and teardown), and its work item while queued. The
+//! connection holds a counted reference to the QP ([`QpRef`]) and the `iw_cm_id`
+//! ([`CmId`]) until it closes; closing (peer FIN or reset, a TERMINATE either way, a local
+//! disconnect or QP destroy) drops both under the connection's mutex, so once
+//! [`Conn::close`] returned nothing of the connection touches the QP again and the QP's
+//! destroy can complete.
+//!
+//! # Execution
+//!
+//! All protocol work runs in the connection's work item (process context, serialised by
+//! the connection mutex): socket callbacks and the POST_SEND doorbell only queue it. One
+//! run reads everything the socket holds through `tcp_read_sock()` into the RX decoder
+//! (payload copied from the socket buffers into the target pages, nothing staged), then
+//! sends FPDUs until the SQ is empty, the send buffer is full (the write-space callback
+//! queues the work again) or a burst of [`TX_BURST`] FPDUs was sent (the work queues
+//! itself again, so one busy connection does not starve others).
+//!
+//! # What is not here
+//!
+//! Atomics and Immediate Data (RFC 7306) are not negotiated; peer-to-peer RTR is not
+//! sent; REG_MR and LOCAL_INV work requests are refused at post time.
+
+use crate::device::Device;
+use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
+use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
+use crate::engine::rx_decoder::Decoder;
+use crate::engine::rx_shell::{
+    Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
+};
+use crate::engine::startup::{Negotiated, SendGate};
+use crate::engine::stream::{PlaceError, PlaceTarget, RxStream, TxSink};
+use crate::mem::{access_bits, MrRef};
+use crate::qp::wqe::SendWqe;
+use crate::qp::{Qp, MAX_INLINE, SOLICITED, READ_FENCE};
+use crate::sys::bindings as b;
+use crate::sys::ibdev::QpRef;
+use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
+use crate::sys::kmem::{crc32c_kva, IoList, Kva};
+use crate::sys::obj::PdId;
+use crate::sys::socket::{tcp_state, SkbChunk, SockEvent, SockEvents, SockRef, Socket};
+use crate::wire::rdmap::{
+    AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
+};
+use crate::wire::terminate::{TermCause, Terminate};
+use core::cell::{Cell, RefCell};
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+/// FPDUs one run of the work item sends before it yields (and queues itself again).
+const TX_BURST: u32 = 64;
+
+/// The most inbound and outbound RDMA Read Requests a connection allows (IRD and ORD
+/// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`).
+pub(crate) const MAX_IRD_ORD: u32 = 32;
+
+/// Why a connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// The peer closed its side (FIN): DISCONNECT, then CLOSE.
+    PeerClosed,
+    /// The TCP connection failed (reset, error).
+    Reset,
+    /// A protocol error: a TERMINATE was sent, or the peer sent one.
+    Terminated,
+    /// The consumer disconnected or destroyed the QP.
+    Local,
+}
+
+/// A local SGE resolved to its memory region.
+struct Piece {
+    mr: MrRef,
+    to: u64,
+    len: u32,
+}
+
+/// The payload of the message being sent.
+enum Payload {
+    None,
+    Inline { buf: [u8; MAX_INLINE as usize], len: usize, off: usize },
+    Pieces { list: KVec<Piece>, idx: usize, off: u32 },
+}
+
+/// What the message being sent completes.
+enum JobKind {
+    /// A send WQE (Send variants, RDMA Write): completed once its last FPDU is queued.
+    Sqe(SendWqe),
+    /// An RDMA Read Request: the WQE moves to the outstanding reads after its FPDU.
+    Read(SendWqe),
+    /// A Read Response: frees an IRD slot once its last FPDU is queued.
+    ReadResponse,
+    /// A TERMINATE: the connection closes once it is queued.
+    Terminate,
+}
+
+/// One FPDU being handed to TCP: engine octets in `own`, payload as memory ranges.
+struct Fpdu {
+    own: KVec<u8>,
+    parts: KVec<Part>,
+    len: usize,
+    sent: usize,
+    last: bool,
+    /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
+    _hold: KVec<MrRef>,
+}
+
+enum Part {
+    Own { off: usize, len: usize },
+    Mem(Kva),
+}
+
+/// A receive WQE the message on QN 0 is being placed into.
+struct RxMsg {
+    id: u64,
+    msn: u32,
+    pieces: KVec<Piece>,
+    total: u64,
+}
+
+/// The mutable state of a connection.
+struct Inner {
+    qp: Option<QpRef<Device>>,
+    sock: Option<Socket>,
+    id: Option<CmId<Device>>,
+    pd: PdId,
+    tx: DdpTx,
+    rx: Decoder,
+    /// Responder without RTR: nothing may be sent before the first FPDU arrived
+    /// (RFC 5044 §7.1.2 rule 4).
+    gate_closed: bool,
+    ord: u32,
+    job: Option<(JobKind, Payload)>,
+    fpdu: Option<Fpdu>,
+    reads_out: KVec<SendWqe>,
+    responses: KVec<ReadRequest>,
+    rx_msg: Option<RxMsg>,
+    pending_term: Option<Terminate>,
+    closed: bool,
+}
+
+/// An established connection (see the module documentation).
+#[pin_data]
+pub(crate) struct Conn {
+    /// Inbound Read depth (IRD) of the connection.
+    ird: u32,
+    /// Outbound Read depth (ORD) of the connection.
+    ord: u32,
+    #[pin]
+    inner: Mutex<Inner>,
+    #[pin]
+    work: Work<Conn>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Conn { self.work }
+}
+
+/// `SIW_WC_*` as the 16-bit status of a CQE.
+fn wc(status: u32) -> u16 {
+    status as u16
+}
+
+impl Conn {
+    /// Starts the transport on `sock` after MPA negotiation `n`: the QP enters RTS, the
+    /// socket's callbacks move to the connection, and the QP's doorbells reach it. `ird`
+    /// and `ord` are the negotiated (or, for MPA revision 1, the consumer's) inbound and
+    /// outbound Read depths, capped at [`MAX_IRD_ORD`]. On success the connection takes
+    /// `id` (for its DISCONNECT and CLOSE events) after `report` announced the connection
+    /// on it (CONNECT_REPLY or ESTABLISHED); on failure `id` is left to the caller.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the QP is not in INIT/RTR or is being destroyed; `ENOMEM`.
+    pub(crate) fn establish(
+        qp: QpRef<Device>,
+        mut sock: Socket,
+        id: &mut Option<CmId<Device>>,
+        n: &Negotiated,
+        ird: u32,
+        ord: u32,
+        report: impl FnOnce(&CmId<Device>),
+    ) -> Result<Arc<Self>> {
+        let emss = sock.mss().max(140);
+        let pd = qp.qp().pd();
+        let ird = ird.min(MAX_IRD_ORD);
+        let ord = ord.min(MAX_IRD_ORD);
+        let (ird_v, ord_v) = (ird, ord);
+        let tx = DdpTx::for_connection(n, emss, false);
+        let rx = Decoder::for_negotiated(n, false, ird);
+        let conn = Arc::pin_init(
+            pin_init!(Self {
+                ird: ird_v,
+                ord: ord_v,
+                inner <- new_mutex!(Inner {
+                    qp: None,
+                    sock: None,
+                    id: None,
+                    pd,
+                    tx,
+                    rx,
+                    gate_closed: n.send_gate == SendGate::AfterFirstRxFpdu,
+                    ord: ord_v,
+                    job: None,
+                    fpdu: None,
+                    reads_out: KVec::new(),
+                    responses: KVec::new(),
+                    rx_msg: None,
+                    pending_term: None,
+                    closed: false,
+                }),
+                work <- new_work!("rsiw_conn"),
+            }),
+            GFP_KERNEL,
+        )?;
+        {
+            let mut g = conn.inner.lock();
+            g.reads_out.reserve(ord as usize, GFP_KERNEL)?;
+            g.responses.reserve(ird as usize, GFP_KERNEL)?;
+            Qp::attach_conn(qp.qp(), conn.clone())?;
+            if let Err(e) = Qp::enter_rts(qp.qp()) {
+                Qp::detach_conn(qp.qp());
+                return Err(e);
+            }
+            sock.detach();
+            if let Err(e) = sock.attach(conn.clone(), None) {
+                Qp::detach_conn(qp.qp());
+                Qp::enter_error(qp.qp(), None);
+                return Err(e);
+            }
+            let id = id.take().ok_or(EINVAL)?;
+            report(&id);
+            g.sock = Some(sock);
+            g.qp = Some(qp);
+            g.id = Some(id);
+        }
+        // Data may have arrived with or right after the MPA frames.
+        conn.kick();
+        Ok(conn)
+    }
+
+    /// The connection's IRD and ORD (RDMA Read depths, inbound and outbound).
+    pub(crate) fn ird_ord(&self) -> (u32, u32) {
+        (self.ird, self.ord)
+    }
+
+    /// Queues the work item (doorbell, socket events).
+    pub(crate) fn kick(self: &Arc<Self>) {
+        let _ = workqueue::system_highpri().enqueue(self.clone());
+    }
+
+    /// Closes the connection from the consumer's side (disconnect or QP destroy):
+    /// the socket is shut down and released, the QP enters ERROR (flushing its WQEs),
+    /// iw_cm gets CLOSE, and the QP and `iw_cm_id` references are dropped before this
+    /// returns.
+    pub(crate) fn close(&self) {
+        let mut g = self.inner.lock();
+        Self::close_locked(&mut g, Reason::Local);
+    }
+
+    fn close_locked(g: &mut Inner, why: Reason) {
+        if g.closed {
+            return;
+        }
+        g.closed = true;
+        if let Some(s) = g.sock.as_ref() {
+            s.shutdown();
+        }
+        // Dropping the socket detaches it: no callback runs after this.
+        g.sock = None;
+        let qp = g.qp.take();
+        if let Some(qp) = &qp {
+            Qp::detach_conn(qp.qp());
+            let ev = match why {
+                Reason::Terminated | Reason::Reset => Some(b::ib_event_type_IB_EVENT_QP_FATAL),
+                Reason::PeerClosed | Reason::Local => None,
+            };
+            // Work requests still held here complete with a flush error.
+            Self::flush_held(g, qp);
+            Qp::enter_error(qp.qp(), ev);
+        }
+        if let Some(id) = g.id.take() {
+            if why == Reason::PeerClosed {
+                let _ = id.event(&CmEvent::simple(CmEventKind::Disconnect, 0));
+            }
+            let status = match why {
+                Reason::Reset => -(b::ECONNRESET as i32),
+                _ => 0,
+            };
+            let _ = id.event(&CmEvent::simple(CmEventKind::Close, status));
+        }
+        g.job = None;
+        g.fpdu = None;
+        g.rx_msg = None;
+        drop(qp);
+    }
+
+    /// Completes the WQEs the connection holds outside the SQ with a flush error: the
+    /// outstanding RDMA Reads and the receive WQE being placed into.
+    fn flush_held(g: &mut Inner, qp: &QpRef<Device>) {
+        let flush = wc(b::siw_wc_status_SIW_WC_WR_FLUSH_ERR);
+        for w in g.reads_out.drain_all() {
+            Qp::complete_send(qp.qp(), &w, flush, 0);
+        }
+        if let Some(m) = g.rx_msg.take() {
+            Qp::complete_recv(qp.qp(), m.id, flush, 0, None, false);
+        }
+        if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
+            let _ = Qp::complete_sqe(qp.qp(), &w, flush, 0);
+        }
+    }
+
+    fn run_locked(this: &Arc<Self>, g: &mut Inner) {
+        if g.closed {
+            return;
+        }
+        Self::receive(g);
+        if g.closed {
+            return;
+        }
+        if Self::transmit(g) {
+            this.kick();
+        }
+        if g.closed {
+            return;
+        }
+        // `receive` consumed everything queued, so a FIN seen now follows all data.
+        match g.sock.as_ref().map(|s| s.state()) {
+            Some(tcp_state::ESTABLISHED) | None => {}
+            Some(tcp_state::CLOSE_WAIT) => {
+                // The peer sent FIN; everything before it was processed above.
+                if !g.rx.at_fpdu_boundary() && crate::sys::ratelimit() {
+                    pr_warn!("connection: peer closed inside an FPDU\n");
+                }
+                Self::close_locked(g, Reason::PeerClosed);
+            }
+            Some(_) => Self::close_locked(g, Reason::Reset),
+        }
+    }
+
+    /// Feeds everything the socket holds to the RX decoder.
+    fn receive(g: &mut Inner) {
+        let Inner { qp: Some(qp), sock: Some(sock), rx, rx_msg, reads_out, responses, pd, .. } = g else {
+            return;
+        };
+        let before = rx.mpa().fpdus();
+        let ctx = RxCtx {
+            qp,
+            pd: *pd,
+            msg: RefCell::new(rx_msg.take()),
+            reads_out: RefCell::new(reads_out),
+            responses: RefCell::new(responses),
+            terminated: Cell::new(false),
+        };
+        let mut result = Ok(());
+        let _ = sock.read(false, |chunk| {
+            let mut s = ChunkStream { chunk, pos: 0, ctx: &ctx };
+            let mut m = RxMem(&ctx);
+            let mut e = RxEv(&ctx);
+            if let Err(t) = rx.process(&mut s, &mut m, &mut e) {
+                if result.is_ok() {
+                    result = Err(t);
+                }
+            }
+            chunk.len()
+        });
+        let peer_term = ctx.terminated.get() || rx.state() == RxState::PeerTerminated;
+        *rx_msg = ctx.msg.into_inner();
+        if rx.mpa().fpdus() != before {
+            g.gate_closed = false;
+        }
+        if let Err(t) = result {
+            if crate::sys::ratelimit() {
+                pr_warn!("connection: protocol error, sending TERMINATE ({:?})\n", t);
+            }
+            g.pending_term = Some(t);
+            g.gate_closed = false;
+        } else if peer_term {
+            if crate::sys::ratelimit() {
+                pr_warn!("connection: the peer sent TERMINATE\n");
+            }
+            Self::close_locked(g, Reason::Terminated);
+        }
+    }
+
+    /// Sends FPDUs; returns whether it stopped only because of the burst limit.
+    fn transmit(g: &mut Inner) -> bool {
+        let mut budget = TX_BURST;
+        loop {
+            if g.closed {
+                return false;
+            }
+            if g.fpdu.is_some() {
+                match Self::push_fpdu(g) {
+                    Ok(true) => {}
+                    Ok(false) => return false,
+                    Err(_) => {
+                        Self::close_locked(g, Reason::Reset);
+                        return false;
+                    }
+                }
+                continue;
+            }
+            if budget == 0 {
+                return true;
+            }
+            if let Some(t) = g.pending_term.take() {
+                g.tx.abort();
+                if let Some(qp) = g.qp.as_ref() {
+                    if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
+                        let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0);
+                    }
+                }
+                g.job = None;
+                if g.tx.start(Message::Terminate(t)).is_err() {
+                    Self::close_locked(g, Reason::Terminated);
+                    return false;
+                }
+                g.job = Some((JobKind::Terminate, Payload::None));
+            }
+            if g.job.is_none() && !Self::next_job(g) {
+                return false;
+            }
+            budget -= 1;
+            if let Err(e) = Self::build_fpdu(g) {
+                if crate::sys::ratelimit() {
+                    pr_err!("connection: cannot build an FPDU ({e:?})\n");
+                }
+                Self::close_locked(g, Reason::Reset);
+                return false;
+            }
+        }
+    }
+
+    /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
+    fn push_fpdu(g: &mut Inner) -> Result<bool> {
+        let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else { return Err(ENOTCONN) };
+        let mut io = IoList::with_capacity(f.parts.len())?;
+        for p in f.parts.iter() {
+            match p {
+                Part::Own { off, len } => io.push_bytes(&f.own[*off..*off + *len])?,
+                Part::Mem(k) => io.push_kva(*k)?,
+            }
+        }
+        let more = !f.last;
+        while f.sent < f.len {
+            match io.send(sock, f.sent, more) {
+                Ok(0) => return Ok(false),
+                Ok(n) => f.sent += n,
+                Err(e) if e == EAGAIN => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        let last = f.last;
+        g.fpdu = None;
+        if last {
+            Self::finish_job(g);
+        }
+        Ok(true)
+    }
+
+    /// The last FPDU of the current message is queued: complete what it completes.
+    fn finish_job(g: &mut Inner) {
+        let Some((kind, _)) = g.job.take() else { return };
+        let Some(qp) = g.qp.as_ref() else { return };
+        match kind {
+            JobKind::Sqe(w) => {
+                let len = w.sges().iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+                let len = if w.sges().is_empty() { w.inline_data().map_or(0, |d| d.as_slice().len() as u32) } else { len };
+                let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
+            }
+            JobKind::Read(w) => {
+                if Qp::release_sqe(qp.qp(), w.slot).is_ok() {
+                    // Capacity for `ord` entries was reserved, and `next_job` starts a
+                    // Read only below `ord`.
+                    let _ = g.reads_out.push(w, GFP_ATOMIC);
+                }
+            }
+            JobKind::ReadResponse => g.rx.release_ird(),
+            JobKind::Terminate => Self::close_locked(g, Reason::Terminated),
+        }
+    }
+
+    /// Starts the next message: a queued Read Response first (RFC 5040 §5.5: responses
+    /// are not held back by the SQ), then the SQ head. Returns `false` if there is nothing
+    /// to send now.
+    fn next_job(g: &mut Inner) -> bool {
+        if g.gate_closed {
+            return false;
+        }
+        let Some(qp) = g.qp.as_ref() else { return false };
+        if !g.responses.is_empty() {
+            let req = g.responses.remove(0).unwrap_or(ReadRequest {
+                sink_stag: 0,
+                sink_to: 0,
+                size: 0,
+                src_stag: 0,
+                src_to: 0,
+            });
+            let payload = if req.size == 0 {
+                Payload::None
+            } else {
+                match resolve_range(qp, g.pd, req.src_stag, req.src_to, req.size, access_bits(Access::RemoteRead)) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Checked when the request arrived; the region went away since.
+                        g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::RemoteProtection(
+                            crate::wire::rdmap::ProtectionError::InvalidStag,
+                        ))));
+                        return true;
+                    }
+                }
+            };
+            let msg = Message::ReadResponse { stag: req.sink_stag, to: req.sink_to, len: req.size };
+            if g.tx.start(msg).is_err() {
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::LocalCatastrophic)));
+                return true;
+            }
+            g.job = Some((JobKind::ReadResponse, payload));
+            return true;
+        }
+        let w = match Qp::next_sqe(qp.qp()) {
+            None => return false,
+            Some(Ok(w)) => w,
+            Some(Err(bad)) => {
+                let _ = Qp::fail_sqe(qp.qp(), &bad);
+                Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
+                return false;
+            }
+        };
+        let op = u32::from(w.opcode);
+        let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
+        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty()) || (is_read && g.reads_out.len() as u32 >= g.ord) {
+            // Resumed when a Read Response completes an outstanding Read.
+            return false;
+        }
+        let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
+        match started {
+            Ok(job) => {
+                g.job = Some(job);
+                true
+            }
+            Err(status) => {
+                let Some(qp) = g.qp.as_ref() else { return false };
+                let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
+                Qp::enter_error(qp.qp(), None);
+                false
+            }
+        }
+    }
+
+    /// Starts the message for SQE `w`; on failure returns the `SIW_WC_*` status.
+    fn start_sqe(
+        tx: &mut DdpTx,
+        pd: PdId,
+        qp: &QpRef<Device>,
+        w: &SendWqe,
+        is_read: bool,
+    ) -> Result<(JobKind, Payload), u32> {
+        let op = u32::from(w.opcode);
+        if is_read {
+            // The Data Sink is a single local STag (RFC 5040 §4.4).
+            let [sge] = w.sges() else { return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR) };
+            let need = access_bits(Access::LocalWrite);
+            if sge.length > 0 {
+                qp.device()
+                    .lookup_stag(sge.lkey, pd, need, sge.laddr, u64::from(sge.length))
+                    .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+            }
+            let req = ReadRequest {
+                sink_stag: sge.lkey,
+                sink_to: sge.laddr,
+                size: sge.length,
+                src_stag: w.rkey,
+                src_to: w.raddr,
+            };
+            tx.start(Message::ReadRequest(req)).map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+            return Ok((JobKind::Read(*w), Payload::None));
+        }
+        let payload = match w.inline_data() {
+            Some(d) => {
+                let mut buf = [0u8; MAX_INLINE as usize];
+                let s = d.as_slice();
+                buf[..s.len()].copy_from_slice(s);
+                Payload::Inline { buf, len: s.len(), off: 0 }
+            }
+            None => {
+                let mut list = KVec::with_capacity(w.sges().len(), GFP_KERNEL)
+                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                for s in w.sges() {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    let mr = qp
+                        .device()
+                        .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
+                        .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+                    list.push(Piece { mr, to: s.laddr, len: s.length }, GFP_KERNEL)
+                        .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                }
+                Payload::Pieces { list, idx: 0, off: 0 }
+            }
+        };
+        let len = match &payload {
+            Payload::None => 0,
+            Payload::Inline { len, .. } => *len as u32,
+            Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
+        };
+        let msg = if op == b::siw_opcode_SIW_OP_WRITE {
+            Message::Write { stag: w.rkey, to: w.raddr, len }
+        } else if op == b::siw_opcode_SIW_OP_SEND || op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV {
+            Message::Send {
+                solicited: w.flags & SOLICITED != 0,
+                invalidate: (op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV).then_some(w.rkey),
+                len,
+            }
+        } else {
+            return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+        };
+        tx.start(msg).map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+        Ok((JobKind::Sqe(*w), payload))
+    }
+
+    /// Builds the next FPDU of the current message into `g.fpdu`.
+    fn build_fpdu(g: &mut Inner) -> Result {
+        let Some((_, payload)) = g.job.as_mut() else { return Err(EINVAL) };
+        let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
+        let mut sink = FpduSink {
+            own: KVec::with_capacity(128.min(cap), GFP_KERNEL)?,
+            parts: KVec::new(),
+            hold: KVec::new(),
+            payload,
+            err: None,
+        };
+        let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
+        if let Some(e) = sink.err {
+            return Err(e);
+        }
+        let FpduSink { own, parts, hold, .. } = sink;
+        g.fpdu = Some(Fpdu { own, parts, len: info.wire_len, sent: 0, last: info.last, _hold: hold });
+        Ok(())
+    }
+}
+
+/// Resolves `len` octets at `to` of `stag` for a Read Response's payload.
+fn resolve_range(qp: &QpRef<Device>, pd: PdId, stag: u32, to: u64, len: u32, access: u32) -> Result<Payload, TaggedCheck> {
+    let mr = qp.device().lookup_stag(stag, pd, access, to, u64::from(len))?;
+    let mut list = KVec::new();
+    list.push(Piece { mr, to, len }, GFP_KERNEL).map_err(|_| TaggedCheck::InvalidStag)?;
+    Ok(Payload::Pieces { list, idx: 0, off: 0 })
+}
+
+/// Collects one FPDU as the TX builder writes it.
+struct FpduSink<'a> {
+    own: KVec<u8>,
+    parts: KVec<Part>,
+    hold: KVec<MrRef>,
+    payload: &'a mut Payload,
+    err: Option<Error>,
+}
+
+impl FpduSink<'_> {
+    fn push_own(&mut self, data: &[u8]) -> Result {
+        let off = self.own.len();
+        self.own.extend_from_slice(data, GFP_KERNEL)?;
+        if let Some(Part::Own { len, .. }) = self.parts.last_mut() {
+            *len += data.len();
+            return Ok(());
+        }
+        self.parts.push(Part::Own { off, len: data.len() }, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
+        match self.payload {
+            Payload::None => Err(EINVAL),
+            Payload::Inline { buf, len: total, off } => {
+                let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
+                let data = buf[*off..end].to_owned_array();
+                *off = end;
+                if let Some(c) = crc {
+                    *c = crate::sys::crc32c(*c, &data.0[..data.1]);
+                }
+                self.push_own(&data.0[..data.1])
+            }
+            Payload::Pieces { list, idx, off } => {
+                while len > 0 {
+                    let p = list.get(*idx).ok_or(EINVAL)?;
+                    let seg = p.mr.range(p.to + u64::from(*off)).ok_or(EFAULT)?;
+                    let left = u64::from(p.len - *off);
+                    let n = seg.len().min(left).min(len as u64);
+                    let piece = seg.prefix(n);
+                    if let Some(c) = crc.as_deref_mut() {
+                        *c = crc32c_kva(*c, &piece);
+                    }
+                    self.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                    if self.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
+                        self.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                    }
+                    *off += n as u32;
+                    len -= n as usize;
+                    if *off == p.len {
+                        *idx += 1;
+                        *off = 0;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A copy of up to [`MAX_INLINE`] octets (inline payload moves through the FPDU's own
+/// buffer).
+trait ToOwnedArray {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize);
+}
+
+impl ToOwnedArray for [u8] {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize) {
+        let mut a = [0u8; MAX_INLINE as usize];
+        let n = self.len().min(a.len());
+        a[..n].copy_from_slice(&self[..n]);
+        (a, n)
+    }
+}
+
+impl TxSink for FpduSink<'_> {
+    fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, data);
+        }
+        if let Err(e) = self.push_own(data) {
+            self.err.get_or_insert(e);
+        }
+    }
+
+    fn payload(&mut self, len: usize, crc: Option<&mut u32>) {
+        if let Err(e) = self.take_payload(len, crc) {
+            self.err.get_or_insert(e);
+        }
+    }
+}
+
+/// What the RX side of one `receive()` shares between the stream, the memory lookup and
+/// the event sink the decoder is given.
+struct RxCtx<'a> {
+    qp: &'a QpRef<Device>,
+    pd: PdId,
+    msg: RefCell<Option<RxMsg>>,
+    reads_out: RefCell<&'a mut KVec<SendWqe>>,
+    responses: RefCell<&'a mut KVec<ReadRequest>>,
+    terminated: Cell<bool>,
+}
+
+impl RxCtx<'_> {
+    /// Copies `len` octets at `pos` of `chunk` into the pieces from offset `at` on.
+    fn place_pieces(
+        chunk: &SkbChunk<'_>,
+        mut pos: usize,
+        pieces: &[Piece],
+        mut at: u64,
+        mut len: usize,
+        mut crc: Option<&mut u32>,
+    ) -> Result<(), PlaceError> {
+        for p in pieces {
+            if len == 0 {
+                break;
+            }
+            let plen = u64::from(p.len);
+            if at >= plen {
+                at -= plen;
+                continue;
+            }
+            while at < plen && len > 0 {
+                let seg = p.mr.range(p.to + at).ok_or(PlaceError)?;
+                let n = seg.len().min(plen - at).min(len as u64);
+                let dst = seg.prefix(n);
+                chunk.copy_to_kva(pos, &dst).map_err(|_| PlaceError)?;
+                if let Some(c) = crc.as_deref_mut() {
+                    *c = crc32c_kva(*c, &dst);
+                }
+                pos += n as usize;
+                len -= n as usize;
+                at += n;
+            }
+            at = 0;
+        }
+        if len == 0 { Ok(()) } else { Err(PlaceError) }
+    }
+}
+
+/// The decoder's view of one socket buffer chunk.
+struct ChunkStream<'a, 'c, 'x> {
+    chunk: &'a SkbChunk<'c>,
+    pos: usize,
+    ctx: &'a RxCtx<'x>,
+}
+
+impl RxStream for ChunkStream<'_, '_, '_> {
+    fn available(&self) -> usize {
+        self.chunk.len() - self.pos
+    }
+
+    fn take(&mut self, dst: &mut [u8], crc: Option<&mut u32>) {
+        // The decoder never asks for more than `available()`.
+        if self.chunk.copy_to(self.pos, dst).is_err() {
+            dst.fill(0);
+        }
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, dst);
+        }
+        self.pos += dst.len();
+    }
+
+    fn place(&mut self, target: &PlaceTarget, len: usize, crc: Option<&mut u32>) -> Result<(), PlaceError> {
+        let pos = self.pos;
+        self.pos += len;
+        match *target {
+            PlaceTarget::Tagged { stag, to } => {
+                let mr = self
+                    .ctx
+                    .qp
+                    .device()
+                    .lookup_stag(stag, self.ctx.pd, 0, to, len as u64)
+                    .map_err(|_| PlaceError)?;
+                let piece = [Piece { mr, to, len: u32::try_from(len).map_err(|_| PlaceError)? }];
+                RxCtx::place_pieces(self.chunk, pos, &piece, 0, len, crc)
+            }
+            PlaceTarget::Untagged { msn, mo, .. } => {
+                let msg = self.ctx.msg.borrow();
+                match msg.as_ref() {
+                    Some(m) if m.msn == msn => RxCtx::place_pieces(self.chunk, pos, &m.pieces, u64::from(mo), len, crc),
+                    _ => Err(PlaceError),
+                }
+            }
+        }
+    }
+
+    fn skip(&mut self, len: usize, crc: Option<&mut u32>) {
+        if let Some(c) = crc {
+            let mut buf = [0u8; 64];
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(buf.len());
+                if self.chunk.copy_to(self.pos + done, &mut buf[..n]).is_err() {
+                    break;
+                }
+                *c = crate::sys::crc32c(*c, &buf[..n]);
+                done += n;
+            }
+        }
+        self.pos += len;
+    }
+}
+
+/// The decoder's questions about memory and receive buffers.
+struct RxMem<'a, 'x>(&'a RxCtx<'x>);
+
+impl MemoryLookup for RxMem<'_, '_> {
+    fn check_tagged(&mut self, stag: u32, to: u64, len: u32, access: Access) -> Result<(), TaggedCheck> {
+        self.0
+            .qp
+            .device()
+            .lookup_stag(stag, self.0.pd, access_bits(access), to, u64::from(len))
+            .map(|_| ())
+    }
+
+    fn check_untagged(&mut self, qn: u32, msn: u32, mo: u32, len: u32) -> Result<(), UntaggedCheck> {
+        if qn != 0 {
+            return Err(UntaggedCheck::NoBuffer);
+        }
+        let mut cur = self.0.msg.borrow_mut();
+        if cur.as_ref().is_none_or(|m| m.msn != msn) {
+            if let Some(old) = cur.take() {
+                // A message that never completed: the decoder moved on (not reached with
+                // a well-formed stream, which completes each message before the next).
+                Qp::complete_recv(self.0.qp.qp(), old.id, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0, None, false);
+            }
+            *cur = Some(self.0.take_rqe(msn)?);
+        }
+        let m = cur.as_ref().ok_or(UntaggedCheck::NoBuffer)?;
+        let end = u64::from(mo) + u64::from(len);
+        if u64::from(mo) > m.total {
+            return Err(UntaggedCheck::InvalidMo);
+        }
+        if end > m.total {
+            return Err(UntaggedCheck::TooLong);
+        }
+        Ok(())
+    }
+
+    fn check_invalidate(&mut self, stag: u32) -> Result<(), InvalidateCheck> {
+        self.0.qp.device().check_invalidate(stag, self.0.pd)
+    }
+}
+
+impl RxCtx<'_> {
+    /// Takes the next receive WQE for message `msn` and resolves its SGEs for local write.
+    fn take_rqe(&self, msn: u32) -> Result<RxMsg, UntaggedCheck> {
+        let qp = self.qp.qp();
+        let w = match Qp::take_rqe(qp) {
+            None => return Err(UntaggedCheck::NoBuffer),
+            Some(Err(bad)) => {
+                Qp::complete_recv(qp, bad.id, wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR), 0, None, false);
+                return Err(UntaggedCheck::NoBuffer);
+            }
+            Some(Ok(w)) => w,
+        };
+        let mut pieces = KVec::new();
+        let mut total = 0u64;
+        let need = access_bits(Access::LocalWrite);
+        for s in w.sges() {
+            if s.length == 0 {
+                continue;
+            }
+            let mr = match self.qp.device().lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length)) {
+                Ok(mr) => mr,
+                Err(_) => {
+                    Qp::complete_recv(qp, w.id, wc(b::siw_wc_status_SIW_WC_LOC_PROT_ERR), 0, None, false);
+                    return Err(UntaggedCheck::NoBuffer);
+                }
+            };
+            if pieces.push(Piece { mr, to: s.laddr, len: s.length }, GFP_ATOMIC).is_err() {
+                Qp::complete_recv(qp, w.id, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0, None, false);
+                return Err(UntaggedCheck::NoBuffer);
+            }
+            total += u64::from(s.length);
+        }
+        Ok(RxMsg { id: w.id, msn, pieces, total })
+    }
+}
+
+/// The decoder's completions and requests.
+struct RxEv<'a, 'x>(&'a RxCtx<'x>);
+
+impl RxEvents for RxEv<'_, '_> {
+    fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
+        let qp = self.0.qp.qp();
+        let Some(m) = self.0.msg.borrow_mut().take() else {
+            return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
+        };
+        if let Some(stag) = msg.inval_stag {
+            // Accepted by `check_invalidate`; a concurrent local invalidation wins.
+            let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
+        }
+        Qp::complete_recv(qp, m.id, wc(b::siw_wc_status_SIW_WC_SUCCESS), msg.len, msg.inval_stag, msg.solicited);
+        Ok(())
+    }
+
+    fn tagged_done(&mut self, done: &TaggedDone) -> Result<(), TermCause> {
+        if done.opcode != Opcode::ReadResponse {
+            return Ok(());
+        }
+        let mut reads = self.0.reads_out.borrow_mut();
+        if reads.is_empty() {
+            // A Read Response nobody asked for (RFC 5040 §7.2: unexpected opcode).
+            return Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)));
+        }
+        let w = reads.remove(0).map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
+        let qp = self.0.qp.qp();
+        if u32::from(w.opcode) == b::siw_opcode_SIW_OP_READ_LOCAL_INV {
+            if let [sge] = w.sges() {
+                let _ = self.0.qp.device().invalidate_stag(sge.lkey, self.0.pd);
+            }
+        }
+        let len = w.sges().first().map_or(0, |s| s.length);
+        Qp::complete_send(qp, &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
+        Ok(())
+    }
+
+    fn read_request(&mut self, req: &ReadRequest) -> Result<(), TermCause> {
+        // The decoder enforces IRD; capacity for IRD requests was reserved.
+        self.0
+            .responses
+            .borrow_mut()
+            .push(*req, GFP_ATOMIC)
+            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))
+    }
+
+    fn atomic_request(&mut self, _req: &AtomicRequest) -> Result<(), TermCause> {
+        // Not reached: the decoder runs without RFC 7306 opcodes.
+        Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)))
+    }
+
+    fn atomic_response(&mut self, _resp: &AtomicResponse) -> Result<(), TermCause> {
+        Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)))
+    }
+
+    fn terminate_received(&mut self, _term: Option<&Terminate>) {
+        self.0.terminated.set(true);
+    }
+}
+
+impl SockEvents for Conn {
+    fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, _ev: SockEvent) {
+        let _ = workqueue::system_highpri().enqueue(Arc::<Self>::from(this));
+    }
+}
+
+impl WorkItem for Conn {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        let mut g = this.inner.lock();
+        Self::run_locked(&this, &mut g);
+    }
+}

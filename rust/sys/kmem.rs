@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel-mapped ranges of registered memory, as the transport moves payload through them:
+//! gathered into socket sends ([`IoList`]), filled from socket buffers
+//! ([`super::socket::SkbChunk::copy_to_kva`]) and folded into CRC32c ([`crc32c_kva`]).
+//!
+//! Payload memory is never seen as a Rust slice: user space may change it at any time
+//! (RFC 5040 leaves the content of a buffer under transfer undefined), so it is only ever
+//! handed to C copy routines by address.
+
+use super::bindings as b;
+use kernel::prelude::*;
+
+/// A kernel virtual address range of registered memory.
+///
+/// # Invariants
+///
+/// `[kva, kva + len)` is mapped kernel memory, valid for reads and writes for as long as
+/// the memory region it was resolved from ([`crate::mem::Mem`]) is alive; its holder
+/// keeps a reference to that region while it uses the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Kva {
+    kva: u64,
+    len: u64,
+}
+
+impl Kva {
+    /// The range of `len` octets at `kva`.
+    ///
+    /// # Safety
+    ///
+    /// `[kva, kva + len)` is mapped kernel memory that stays valid while the memory region
+    /// it belongs to is alive (pinned user pages in the linear map, a kernel consumer's DMA
+    /// MR or fast-registered pages under rsiw's virtual DMA).
+    pub(crate) unsafe fn new(kva: u64, len: u64) -> Self {
+        // INVARIANT: guaranteed by the caller.
+        Self { kva, len }
+    }
+
+    /// The kernel virtual address of the first octet.
+    pub(crate) fn addr(&self) -> u64 {
+        self.kva
+    }
+
+    /// The length (octets).
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The first `n` octets (at most the whole range).
+    pub(crate) fn prefix(&self, n: u64) -> Self {
+        // INVARIANT: a sub-range of a valid range.
+        Self { kva: self.kva, len: n.min(self.len) }
+    }
+}
+
+/// Folds the octets of `range` into the running CRC32c value `crc` (kernel `crc32c()`).
+pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
+    let Ok(len) = usize::try_from(range.len) else { return crc };
+    // SAFETY: the range is mapped kernel memory (type invariant); crc32c only reads it.
+    unsafe { b::crc32c(crc, range.kva as usize as *const c_void, len) }
+}
+
+use kernel::ffi::c_void;
+
+/// A gather list for one socket send: octets owned by the caller (headers, CRC) and
+/// ranges of registered memory, in stream order.
+///
+/// # Invariants
+///
+/// Every entry of `vec` describes memory that is valid for reads while the list is used:
+/// either a slice borrowed for `'a` or a [`Kva`] whose region the caller keeps alive.
+pub(crate) struct IoList<'a> {
+    vec: KVec<b::kvec>,
+    len: usize,
+    _p: core::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> IoList<'a> {
+    /// An empty list with room for `n` entries.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn with_capacity(n: usize) -> Result<Self> {
+        Ok(Self { vec: KVec::with_capacity(n, GFP_KERNEL)?, len: 0, _p: core::marker::PhantomData })
+    }
+
+    /// Appends `data`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn push_bytes(&mut self, data: &'a [u8]) -> Result {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.vec.push(b::kvec { iov_base: data.as_ptr().cast_mut().cast(), iov_len: data.len() }, GFP_KERNEL)?;
+        self.len += data.len();
+        Ok(())
+    }
+
+    /// Appends a range of registered memory.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; `EINVAL` for a range longer than the address space.
+    pub(crate) fn push_kva(&mut self, range: Kva) -> Result {
+        let n = usize::try_from(range.len).map_err(|_| EINVAL)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.vec.push(b::kvec { iov_base: range.kva as usize as *mut c_void, iov_len: n }, GFP_KERNEL)?;
+        self.len += n;
+        Ok(())
+    }
+
+    /// Sends the list from octet `from` on, without waiting; returns how many octets TCP
+    /// took (fewer than offered when the send buffer filled). `more`: more data follows.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close.
+    pub(crate) fn send(&mut self, sock: &super::socket::SockOps, from: usize, more: bool) -> Result<usize> {
+        let mut skip = from;
+        let mut first = 0;
+        while first < self.vec.len() && skip >= self.vec[first].iov_len {
+            skip -= self.vec[first].iov_len;
+            first += 1;
+        }
+        if first == self.vec.len() {
+            return Ok(0);
+        }
+        // Start inside the first entry (skip < its length), then restore it.
+        let saved = self.vec[first];
+        self.vec[first].iov_base = saved.iov_base.wrapping_byte_add(skip);
+        self.vec[first].iov_len -= skip;
+        let r = sock.send_kvecs(&mut self.vec[first..], self.len - from, more);
+        self.vec[first] = saved;
+        r
+    }
+}
