@@ -256,6 +256,8 @@ impl Qp {
                     c.close();
                     Ok(())
                 }
+                // Both sides disconnecting: the connection closed already.
+                None if qp.state() == State::Error => Ok(()),
                 None => Err(invalid(qpn, format_args!("SQD requested but the QP is not connected"))),
             };
         }
