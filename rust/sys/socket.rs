@@ -184,6 +184,10 @@ impl Socket {
     /// (`EADDRINUSE`, `EADDRNOTAVAIL`, ...).
     pub(crate) fn bind(&self, addr: &SockAddr) -> Result {
         let len = addr.len()?;
+        // SO_REUSEADDR before binding: a listener must reuse a port whose earlier
+        // connections linger in TIME_WAIT (iw_cm consumers listen again on one port).
+        // SAFETY: `self.sock` is valid (invariant).
+        unsafe { b::rsiw_sk_tune(self.sock.as_ptr(), true) };
         // SAFETY: `self.sock` is valid (invariant); `addr` points to `len` valid octets.
         to_result(unsafe { b::kernel_bind(self.sock.as_ptr(), addr.as_ptr().cast(), len) })
     }
