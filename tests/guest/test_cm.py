@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """rsiw's connection manager through librdmacm (pyverbs, synchronous CMIDs): MPA startup
-over kernel TCP, CONNECT_REQUEST with the peer's private data, reject with private data.
-The RDMA transport does not exist yet, so an accepted connection must fail cleanly with
-EOPNOTSUPP rather than pretend to work."""
+over kernel TCP, CONNECT_REQUEST with the peer's private data, reject with private data,
+accept (the QP enters RTS on both sides) and disconnect from both sides at once."""
 import errno
 import subprocess
 import sys
@@ -32,9 +31,9 @@ SERVER = textwrap.dedent("""
         print("rejected", flush=True)
     else:
         try:
-            req.create_qp(QPInitAttr(cap=QPCap(max_send_wr=4, max_recv_wr=4)))
-            req.accept(ConnParam(resources=0, depth=0))
+            req.accept(ConnParam(resources=4, depth=4))
             print("accepted", flush=True)
+            req.disconnect()
         except PyverbsRDMAError as e:
             print(f"accept-errno {e.error_code}", flush=True)
     # librdmacm acknowledges the listener's CONNECT_REQUEST event when the new id is
@@ -69,14 +68,13 @@ CLIENT = textwrap.dedent("""
     addr, port, pdata = sys.argv[1], sys.argv[2], sys.argv[3].encode()
     ai = AddrInfo(src=addr, dst=addr, dst_service=port, port_space=ce.RDMA_PS_TCP)
     cmid = CMID(creator=ai, qp_init_attr=QPInitAttr(cap=QPCap(max_send_wr=4, max_recv_wr=4)))
-    # rsiw advertises no RDMA Read resources until the transport exists
-    # (max_qp_rd_atom = 0), so librdmacm refuses anything but 0/0.
-    param = ConnParam(resources=0, depth=0)
+    param = ConnParam(resources=4, depth=4)
     if pdata:
         param.set_private_data(pdata)
     try:
         cmid.connect(param)
         print("connected", flush=True)
+        cmid.disconnect()
     except PyverbsRDMAError as e:
         print(f"connect-errno {e.error_code}", flush=True)
     cmid.close()
@@ -101,12 +99,12 @@ def test_reject_reaches_the_client(cm_dev):
     assert res == f"connect-errno {errno.ECONNREFUSED}"
 
 
-def test_accept_fails_cleanly_without_a_transport(cm_dev):
+def test_accept_and_disconnect(cm_dev):
     srv = server(7472, "accept")
-    res = connect(7472)
+    res = connect(7472, b"hello from rsiw")
     out, _ = srv.communicate(timeout=60)
-    assert res.startswith("connect-errno"), res
-    assert f"accept-errno {errno.EOPNOTSUPP}" in out, out
+    assert "accepted" in out and "closed" in out, out
+    assert res == "connected", res
 
 
 def test_connect_to_nobody_is_refused(cm_dev):
