@@ -37,7 +37,7 @@ use crate::engine::rx_decoder::Decoder;
 use crate::engine::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
 };
-use crate::engine::startup::{Negotiated, SendGate};
+use crate::engine::startup::Negotiated;
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream, TxSink};
 use crate::mem::{access_bits, MrRef};
 use crate::qp::wqe::SendWqe;
@@ -135,8 +135,11 @@ struct Inner {
     pd: PdId,
     tx: DdpTx,
     rx: Decoder,
-    /// Responder without RTR: nothing may be sent before the first FPDU arrived
-    /// (RFC 5044 §7.1.2 rule 4).
+    /// Nothing may be sent before the first FPDU arrived. RFC 5044 §7.1.2 rule 4 asks
+    /// this of a Responder without RTR, but ULPs whose server speaks first (perftest's
+    /// latency tests) then deadlock, and the Initiator's in-order stream processing makes
+    /// the hold-off unnecessary; like the C siw, rsiw's Responder sends at once (see
+    /// `Documentation/rsiw.rst`). Kept for the peer-to-peer RTR exchange.
     gate_closed: bool,
     ord: u32,
     job: Option<(JobKind, Payload)>,
@@ -208,7 +211,7 @@ impl Conn {
                     pd,
                     tx,
                     rx,
-                    gate_closed: n.send_gate == SendGate::AfterFirstRxFpdu,
+                    gate_closed: false,
                     ord: ord_v,
                     job: None,
                     fpdu: None,
