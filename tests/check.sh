@@ -13,6 +13,6 @@ log "check: build root, debug kernel and module (cached after the first run)"
 "$RSIW_TOP/tests/pcap-check.sh"
 
 log "check: guest tests on the debug kernel"
-"$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-3600}" -- \
+"$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-4800}" -- \
 	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest
 log "check: all passed"
