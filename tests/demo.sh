@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: on Debian's own trixie-backports kernel (unmodified), load rsiw, create
-# rsiw0 on the guest's network device and show it with the stock rdma-core tools.
+# rsiw0 on the guest's network device and show it with the stock rdma-core tools, then
+# move data through it (tests/guest/transport_demo.sh: verified rping, ib_write_bw and
+# ib_read_bw through rdma_cm).
 . "$(dirname "$0")/lib.sh"
 
-"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout 900 -- bash -c '
+"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout 1500 -- bash -c '
 set -e
 echo "== kernel: $(uname -r) ($(cat /proc/version | cut -d" " -f1-3))"
 modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm
@@ -22,6 +24,7 @@ echo "== ibv_devinfo -v -d rsiw0"
 ibv_devinfo -v -d rsiw0
 rdma link del rsiw0
 rmmod rsiw
+bash tests/guest/transport_demo.sh
 echo "== dmesg (rsiw)"
 dmesg | grep -i rsiw
 '
