@@ -151,9 +151,8 @@ impl Mem {
     /// [`Mem::resolve`] as a kernel address range the transport copies to and from.
     pub(crate) fn range(&self, to: u64) -> Option<Kva> {
         let seg = self.resolve(to)?;
-        // SAFETY: `resolve` returns mapped memory of this region: pinned user pages in the
-        // linear map, a kernel consumer's DMA or fast-registered memory (virtual DMA), all
-        // valid while the region (`self`, held by the caller's `MrRef`) is alive.
+        // SAFETY: `resolve` returns mapped memory of this region (pinned user pages, or a
+        // kernel consumer's virtual-DMA memory), valid while `self` (an `MrRef`) lives.
         Some(unsafe { Kva::new(seg.kva, seg.len) })
     }
 }

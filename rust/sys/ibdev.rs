@@ -798,9 +798,8 @@ impl Drop for Registry {
                 unsafe { bindings::get_device(core::ptr::addr_of_mut!((*d.0.as_ptr()).__bindgen_anon_1.dev)) };
                 d
             };
-            // SAFETY: we hold a reference on the device. Unregistration is synchronous and
-            // ends in `dealloc_driver`, which removes the entry; if another path finished
-            // unregistering first, its `dealloc_driver` already removed it.
+            // SAFETY: we hold a device reference; unregistration is synchronous and its
+            // `dealloc_driver` removes the entry (or another path's already did).
             unsafe { bindings::ib_unregister_device(next.0.as_ptr()) };
             Self::remove(next.0.as_ptr());
             // SAFETY: balances `get_device` above.

@@ -131,9 +131,8 @@ impl<T: DeviceOps> CmId<T> {
     /// A counted reference to QP `qpn` of the id's device (the QP a connect or accept
     /// names), or `None` if there is no such QP.
     pub(crate) fn qp_ref(&self, qpn: u32) -> Option<super::ibdev::QpRef<T>> {
-        // SAFETY: the id is valid (invariant) and bound to a live device of type `T`
-        // (iw_cm only calls a provider's ops with ids on its devices), which stays live
-        // while the id holds it.
+        // SAFETY: the valid id (invariant) is bound to a live `T` device (iw_cm passes a
+        // provider only ids on its devices), which stays live while the id holds it.
         let dev = unsafe { super::ibdev::IbDevice::<T>::from_raw((*self.ptr.as_ptr()).device) };
         dev.qp_ref(qpn)
     }

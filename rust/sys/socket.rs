@@ -604,9 +604,8 @@ unsafe extern "C" fn event_c<T: SockEvents>(
     let Some(sock) = NonNull::new(sock) else {
         return;
     };
-    // SAFETY: `ctx` came from `Arc::<T>::into_foreign` in `attach()` and is released only
-    // after `rsiw_sk_detach()`, which waits for this callback (the shim holds
-    // `sk_callback_lock` for reading around it).
+    // SAFETY: `ctx` is from `Arc::into_foreign` in `attach()`, released only after
+    // `rsiw_sk_detach()`, which waits for this callback (shim holds `sk_callback_lock`).
     let obj = unsafe { <Arc<T> as ForeignOwnable>::borrow(ctx) };
     // The socket is valid while its callback runs; `sock` is `sk->sk_socket` of an
     // attached socket.
