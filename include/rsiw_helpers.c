@@ -8,6 +8,7 @@
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
@@ -184,4 +185,23 @@ void rsiw_xa_unlock(struct xarray *xa, unsigned long flags)
 bool rsiw_xa_empty(const struct xarray *xa)
 {
 	return xa_empty(xa);
+}
+
+static struct workqueue_struct *rsiw_wq;
+
+int rsiw_wq_init(void)
+{
+	rsiw_wq = alloc_workqueue("rsiw", WQ_HIGHPRI | WQ_PERCPU | WQ_MEM_RECLAIM, 0);
+	return rsiw_wq ? 0 : -ENOMEM;
+}
+
+struct workqueue_struct *rsiw_wq_get(void)
+{
+	return rsiw_wq;
+}
+
+void rsiw_wq_exit(void)
+{
+	destroy_workqueue(rsiw_wq);
+	rsiw_wq = NULL;
 }

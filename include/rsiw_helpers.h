@@ -63,6 +63,16 @@ void rsiw_mark_name_assigned_by_user(struct ib_device *ibdev);
 #define RSIW_RATELIMIT_SITES 64
 bool rsiw_ratelimit(unsigned int site);
 
+struct workqueue_struct;
+/*
+ * rsiw's own work queue (high priority, per-CPU, WQ_MEM_RECLAIM for storage ULPs):
+ * created at module init, destroyed (after draining) at module exit, so no work item of
+ * rsiw can outlive the module's code.
+ */
+int rsiw_wq_init(void);
+struct workqueue_struct *rsiw_wq_get(void);
+void rsiw_wq_exit(void);
+
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
 

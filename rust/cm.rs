@@ -28,8 +28,14 @@ use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
 use crate::wire::mpa::RtrSet;
 use kernel::prelude::*;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::impl_has_hr_timer;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
-use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+use kernel::time::hrtimer::{
+    ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer, HrTimerRestart, RelativeMode,
+};
+use kernel::time::{Delta, Monotonic};
+use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// Listen backlog ceiling (the consumer's backlog is clamped to it).
 const MAX_BACKLOG: i32 = 128;
@@ -44,7 +50,7 @@ fn startup_config(ird: u32, ord: u32) -> Config {
             ird: ird.min(0x3FFE) as u16,
             ord: ord.min(0x3FFE) as u16,
             p2p: crate::module_parameters::peer_to_peer.value(),
-            rtr: RtrSet::ALL,
+            rtr: rtr_types(),
         })
     };
     Config {
@@ -53,6 +59,17 @@ fn startup_config(ird: u32, ord: u32) -> Config {
         markers: crate::module_parameters::mpa_markers.value(),
         permissive_rev0: false,
     }
+}
+
+/// The RTR types of the `p2p_rtr` module parameter (RFC 6581 §9.2 flags C and D). A
+/// zero-length Send RTR is never offered nor accepted: it would consume one of the
+/// Responder's receive WQEs (RFC 5040 §5.3) that the ULP posted for its own messages.
+fn rtr_types() -> RtrSet {
+    let m = match crate::module_parameters::p2p_rtr.value() & 3 {
+        0 => 3,
+        m => m,
+    };
+    RtrSet { send: false, write: m & 1 != 0, read: m & 2 != 0 }
 }
 
 /// A listening endpoint.
@@ -129,7 +146,7 @@ impl Listener {
 impl SockEvents for Listener {
     fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
         if ev == SockEvent::DataReady {
-            let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+            let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         }
     }
 }
@@ -172,6 +189,8 @@ struct Inner {
     qpn: u32,
     ird: u32,
     ord: u32,
+    /// The running MPA startup timer (AwaitRequest, AwaitReply); dropping it cancels it.
+    timer: Option<ArcHrTimerHandle<Cep>>,
 }
 
 /// A connection endpoint (see the module documentation).
@@ -181,10 +200,30 @@ pub(crate) struct Cep {
     inner: Mutex<Inner>,
     #[pin]
     work: Work<Cep>,
+    #[pin]
+    timer: HrTimer<Cep>,
+    /// Set by the startup timer (interrupt context); the work item acts on it.
+    timed_out: AtomicBool,
 }
 
 impl_has_work! {
     impl HasWork<Self> for Cep { self.work }
+}
+
+impl_has_hr_timer! {
+    impl HasHrTimer<Self> for Cep {
+        mode: RelativeMode<Monotonic>, field: self.timer
+    }
+}
+
+impl HrTimerCallback for Cep {
+    type Pointer<'a> = Arc<Self>;
+
+    fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        this.timed_out.store(true, Ordering::Release);
+        let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+        HrTimerRestart::NoRestart
+    }
 }
 
 impl Cep {
@@ -201,8 +240,11 @@ impl Cep {
                     qpn: 0,
                     ird: 0,
                     ord: 0,
+                    timer: None,
                 }),
                 work <- new_work!("rsiw_cep"),
+                timer <- HrTimer::new(),
+                timed_out: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -219,9 +261,10 @@ impl Cep {
             g.sock = Some(sock);
             g.startup = Some(startup);
             g.addrs = Some(addrs);
+            Self::arm_timer(&cep, &mut g);
         }
         // Data may have arrived before the attachment.
-        let _ = workqueue::system().enqueue(cep);
+        let _ = crate::sys::queue().enqueue(cep);
         Ok(())
     }
 
@@ -271,9 +314,10 @@ impl Cep {
             g.qpn = param.qpn;
             g.ird = ird;
             g.ord = ord;
+            Self::arm_timer(&cep, &mut g);
             Self::flush_tx(&mut g)?;
         }
-        let _ = workqueue::system().enqueue(cep);
+        let _ = crate::sys::queue().enqueue(cep);
         Ok(())
     }
 
@@ -330,6 +374,7 @@ impl Cep {
         let addrs = g.addrs;
         g.startup = None;
         g.state = State::Established;
+        g.timer = None;
         let mut id = Some(id);
         Conn::establish(qp, sock, &mut id, &n, ird, ord, |id| {
             let ev = CmEvent { kind: CmEventKind::Established, status: 0, addrs, private_data: &[], ird, ord };
@@ -411,6 +456,7 @@ impl Cep {
         let addrs = g.addrs;
         g.startup = None;
         g.state = State::Established;
+        g.timer = None;
         Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
             let ev = CmEvent {
                 kind: CmEventKind::ConnectReply,
@@ -425,7 +471,19 @@ impl Cep {
         Ok(())
     }
 
+    /// Starts the MPA startup timer (`mpa_timeout_ms`, 0: none) for the state just
+    /// entered: the peer's Request or Reply must arrive in time.
+    fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
+        let ms = crate::module_parameters::mpa_timeout_ms.value();
+        if ms > 0 {
+            g.timer = Some(this.clone().start(Delta::from_millis(i64::from(ms))));
+        }
+    }
+
     fn close_locked(g: &mut Inner) {
+        // Cancels the timer (its callback takes no lock); the caller holds a reference,
+        // so this is not the CEP's last.
+        g.timer = None;
         g.state = State::Closed;
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
@@ -435,7 +493,43 @@ impl Cep {
         g.listener = None;
     }
 
+    /// The MPA startup timer fired: a passive CEP without the peer's Request closes
+    /// silently (no consumer knows it yet), an active one reports CONNECT_REPLY with
+    /// `-ETIMEDOUT`. Returns whether the CEP closed.
+    fn timed_out(this: &Arc<Self>, g: &mut Inner) -> bool {
+        if !this.timed_out.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        match g.state {
+            State::AwaitRequest => {
+                if crate::sys::ratelimit() {
+                    pr_warn!("listen: no MPA Request within mpa_timeout_ms, closing\n");
+                }
+                Self::close_locked(g);
+                true
+            }
+            State::AwaitReply => {
+                if crate::sys::ratelimit() {
+                    pr_warn!("connect: no MPA Reply within mpa_timeout_ms\n");
+                }
+                let addrs = g.addrs;
+                Self::close_locked(g);
+                if let Some(id) = g.id.take() {
+                    let code = -(crate::sys::bindings::ETIMEDOUT as i32);
+                    let ev = CmEvent { kind: CmEventKind::ConnectReply, status: code, addrs, private_data: &[], ird: 0, ord: 0 };
+                    let _ = id.event(&ev);
+                }
+                true
+            }
+            // Answered in time; the timer raced with its cancellation.
+            _ => false,
+        }
+    }
+
     fn run_locked(this: &Arc<Self>, g: &mut Inner) {
+        if Self::timed_out(this, g) {
+            return;
+        }
         match g.state {
             State::AwaitRequest => match Self::receive(g) {
                 Status::RequestReceived => {
@@ -443,9 +537,12 @@ impl Cep {
                     let Some(peer) = g.startup.as_ref().and_then(|s| s.peer().copied()) else {
                         return Self::close_locked(g);
                     };
+                    // MPA revision 1 carries no IRD/ORD (RFC 6581 §1): the device limits
+                    // are reported, so a consumer accepting with its defaults can still
+                    // issue RDMA Reads; the ULP agrees the real limits out of band.
                     let (ird, ord) = peer
                         .enhanced
-                        .map_or((0, 0), |e| (u32::from(e.ird), u32::from(e.ord)));
+                        .map_or((MAX_IRD_ORD, MAX_IRD_ORD), |e| (u32::from(e.ird), u32::from(e.ord)));
                     let ev = CmEvent {
                         kind: CmEventKind::ConnectRequest,
                         status: 0,
@@ -455,6 +552,7 @@ impl Cep {
                         ord,
                     };
                     g.state = State::AwaitAccept;
+                    g.timer = None;
                     if l.id.connect_request(&ev, this.clone()).is_err() {
                         Self::close_locked(g);
                     }
@@ -520,7 +618,7 @@ impl Cep {
 impl SockEvents for Cep {
     fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
         if ev != SockEvent::WriteSpace {
-            let _ = workqueue::system().enqueue(Arc::<Self>::from(this));
+            let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         }
     }
 }

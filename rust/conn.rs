@@ -27,8 +27,9 @@
 //!
 //! # What is not here
 //!
-//! Atomics and Immediate Data (RFC 7306) are not negotiated; peer-to-peer RTR is not
-//! sent; REG_MR and LOCAL_INV work requests are refused at post time.
+//! Atomics and Immediate Data (RFC 7306) are not negotiated; a zero-length Send RTR
+//! (RFC 6581) is not negotiated (Write and Read RTRs are: sent first by the Initiator,
+//! awaited by the Responder).
 
 use crate::device::Device;
 use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
@@ -37,7 +38,7 @@ use crate::engine::rx_decoder::Decoder;
 use crate::engine::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
 };
-use crate::engine::startup::Negotiated;
+use crate::engine::startup::{Negotiated, Role, SendGate};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream, TxSink};
 use crate::mem::{access_bits, MrRef};
 use crate::qp::wqe::SendWqe;
@@ -51,11 +52,12 @@ use crate::sys::socket::{tcp_state, SkbChunk, SockEvent, SockEvents, SockRef, So
 use crate::wire::rdmap::{
     AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
 };
+use crate::wire::mpa::RtrType;
 use crate::wire::terminate::{TermCause, Terminate};
 use core::cell::{Cell, RefCell};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
-use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// FPDUs one run of the work item sends before it yields (and queues itself again).
 const TX_BURST: u32 = 64;
@@ -101,6 +103,8 @@ enum JobKind {
     ReadResponse,
     /// A TERMINATE: the connection closes once it is queued.
     Terminate,
+    /// The peer-to-peer model's zero-length RTR message (RFC 6581 §5), sent first.
+    Rtr,
 }
 
 /// One FPDU being handed to TCP: engine octets in `own`, payload as memory ranges.
@@ -139,8 +143,15 @@ struct Inner {
     /// this of a Responder without RTR, but ULPs whose server speaks first (perftest's
     /// latency tests) then deadlock, and the Initiator's in-order stream processing makes
     /// the hold-off unnecessary; like the C siw, rsiw's Responder sends at once (see
-    /// `Documentation/rsiw.rst`). Kept for the peer-to-peer RTR exchange.
+    /// `Documentation/rsiw.rst`). In the peer-to-peer model (RFC 6581 §5) the Responder
+    /// does hold back until the Initiator's RTR message arrived.
     gate_closed: bool,
+    /// Initiator in the peer-to-peer model: the RTR message still to send, before
+    /// anything else.
+    rtr_pending: Option<RtrType>,
+    /// Initiator: the zero-length Read RTR is outstanding (its Read Response is the first
+    /// to arrive and completes nothing).
+    rtr_read_out: bool,
     ord: u32,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<Fpdu>,
@@ -199,7 +210,15 @@ impl Conn {
         let ord = ord.min(MAX_IRD_ORD);
         let (ird_v, ord_v) = (ird, ord);
         let tx = DdpTx::for_connection(n, emss, false);
-        let rx = Decoder::for_negotiated(n, false, ird);
+        let responder = n.role == Role::Responder;
+        // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1).
+        let rx_ird = if responder && n.rtr == Some(RtrType::Read) { ird.max(1) } else { ird };
+        let rx = Decoder::for_negotiated(n, false, rx_ird);
+        let gate_closed = responder && n.p2p && n.send_gate == SendGate::AfterFirstRxFpdu;
+        let rtr_pending = match n.send_gate {
+            SendGate::RtrFirst(t) => Some(t),
+            _ => None,
+        };
         let conn = Arc::pin_init(
             pin_init!(Self {
                 ird: ird_v,
@@ -211,7 +230,9 @@ impl Conn {
                     pd,
                     tx,
                     rx,
-                    gate_closed: false,
+                    gate_closed,
+                    rtr_pending,
+                    rtr_read_out: false,
                     ord: ord_v,
                     job: None,
                     fpdu: None,
@@ -228,7 +249,7 @@ impl Conn {
         {
             let mut g = conn.inner.lock();
             g.reads_out.reserve(ord as usize, GFP_KERNEL)?;
-            g.responses.reserve(ird as usize, GFP_KERNEL)?;
+            g.responses.reserve(rx_ird as usize, GFP_KERNEL)?;
             Qp::attach_conn(qp.qp(), conn.clone())?;
             if let Err(e) = Qp::enter_rts(qp.qp()) {
                 Qp::detach_conn(qp.qp());
@@ -258,7 +279,7 @@ impl Conn {
 
     /// Queues the work item (doorbell, socket events).
     pub(crate) fn kick(self: &Arc<Self>) {
-        let _ = workqueue::system_highpri().enqueue(self.clone());
+        let _ = crate::sys::queue().enqueue(self.clone());
     }
 
     /// Closes the connection from the consumer's side (disconnect or QP destroy):
@@ -352,7 +373,8 @@ impl Conn {
 
     /// Feeds everything the socket holds to the RX decoder.
     fn receive(g: &mut Inner) {
-        let Inner { qp: Some(qp), sock: Some(sock), rx, rx_msg, reads_out, responses, pd, .. } = g else {
+        let Inner { qp: Some(qp), sock: Some(sock), rx, rx_msg, reads_out, responses, pd, rtr_read_out, .. } = g
+        else {
             return;
         };
         let before = rx.mpa().fpdus();
@@ -362,6 +384,7 @@ impl Conn {
             msg: RefCell::new(rx_msg.take()),
             reads_out: RefCell::new(reads_out),
             responses: RefCell::new(responses),
+            rtr_read: Cell::new(*rtr_read_out),
             terminated: Cell::new(false),
         };
         let mut result = Ok(());
@@ -377,6 +400,7 @@ impl Conn {
             chunk.len()
         });
         let peer_term = ctx.terminated.get() || rx.state() == RxState::PeerTerminated;
+        *rtr_read_out = ctx.rtr_read.get();
         *rx_msg = ctx.msg.into_inner();
         if rx.mpa().fpdus() != before {
             g.gate_closed = false;
@@ -430,8 +454,15 @@ impl Conn {
                 }
                 g.job = Some((JobKind::Terminate, Payload::None));
             }
-            if g.job.is_none() && !Self::next_job(g) {
-                return false;
+            if g.job.is_none() {
+                if !Self::next_job(g) {
+                    return false;
+                }
+                if g.job.is_none() {
+                    // A local operation (LOCAL_INV, REG_MR) completed.
+                    budget -= 1;
+                    continue;
+                }
             }
             budget -= 1;
             if let Err(e) = Self::build_fpdu(g) {
@@ -490,6 +521,7 @@ impl Conn {
             }
             JobKind::ReadResponse => g.rx.release_ird(),
             JobKind::Terminate => Self::close_locked(g, Reason::Terminated),
+            JobKind::Rtr => {}
         }
     }
 
@@ -499,6 +531,24 @@ impl Conn {
     fn next_job(g: &mut Inner) -> bool {
         if g.gate_closed {
             return false;
+        }
+        if let Some(t) = g.rtr_pending.take() {
+            // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message. Its
+            // STags are not looked at by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
+            let msg = match t {
+                RtrType::Write => Message::Write { stag: 0, to: 0, len: 0 },
+                RtrType::Read => {
+                    g.rtr_read_out = true;
+                    Message::ReadRequest(ReadRequest { sink_stag: 0, sink_to: 0, size: 0, src_stag: 0, src_to: 0 })
+                }
+                RtrType::Send => Message::Send { solicited: false, invalidate: None, len: 0 },
+            };
+            if g.tx.start(msg).is_err() {
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::LocalCatastrophic)));
+                return true;
+            }
+            g.job = Some((JobKind::Rtr, Payload::None));
+            return true;
         }
         let Some(qp) = g.qp.as_ref() else { return false };
         if !g.responses.is_empty() {
@@ -542,9 +592,22 @@ impl Conn {
         };
         let op = u32::from(w.opcode);
         let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
-        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty()) || (is_read && g.reads_out.len() as u32 >= g.ord) {
+        if is_read && g.ord == 0 {
+            // No outbound Read may ever be outstanding: fail the WR instead of stalling.
+            if crate::sys::ratelimit() {
+                pr_warn!("QP {}: RDMA Read posted with ORD 0\n", qp.qp().qpn());
+            }
+            let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR), 0);
+            Qp::enter_error(qp.qp(), None);
+            return false;
+        }
+        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty()) || (is_read && g.reads_out.len() as u32 + u32::from(g.rtr_read_out) >= g.ord) {
             // Resumed when a Read Response completes an outstanding Read.
             return false;
+        }
+        if op == b::siw_opcode_SIW_OP_INVAL_STAG || op == b::siw_opcode_SIW_OP_REG_MR {
+            // Local operations: executed in SQ order, nothing goes on the wire.
+            return Self::local_op(g.pd, qp, &w);
         }
         let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
         match started {
@@ -559,6 +622,36 @@ impl Conn {
                 false
             }
         }
+    }
+
+    /// Executes a LOCAL_INV (`SIW_OP_INVAL_STAG`) or REG_MR SQE of a kernel QP and
+    /// completes it. A failure completes it with `SIW_WC_LOC_PROT_ERR` (LOCAL_INV: no
+    /// such STag, another PD, a DMA MR; REG_MR: no page list, still valid, another PD)
+    /// and moves the QP to ERROR. Returns whether the TX path can go on.
+    fn local_op(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
+        let dev = qp.device();
+        let r = if u32::from(w.opcode) == b::siw_opcode_SIW_OP_INVAL_STAG {
+            dev.invalidate_stag(w.rkey, pd).map_err(|e| {
+                if crate::sys::ratelimit() {
+                    pr_warn!("QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n", qp.qp().qpn(), w.rkey);
+                }
+            })
+        } else {
+            dev.fast_register(w.rkey, pd, w.access()).map_err(|e| {
+                if crate::sys::ratelimit() {
+                    pr_warn!("QP {}: REG_MR of STag {:#x} failed ({e:?})\n", qp.qp().qpn(), w.rkey);
+                }
+            })
+        };
+        let status = if r.is_ok() { b::siw_wc_status_SIW_WC_SUCCESS } else { b::siw_wc_status_SIW_WC_LOC_PROT_ERR };
+        if Qp::complete_sqe(qp.qp(), w, wc(status), 0).is_err() {
+            return false;
+        }
+        if r.is_err() {
+            Qp::enter_error(qp.qp(), None);
+            return false;
+        }
+        true
     }
 
     /// Starts the message for SQE `w`; on failure returns the `SIW_WC_*` status.
@@ -762,6 +855,8 @@ struct RxCtx<'a> {
     msg: RefCell<Option<RxMsg>>,
     reads_out: RefCell<&'a mut KVec<SendWqe>>,
     responses: RefCell<&'a mut KVec<ReadRequest>>,
+    /// The zero-length Read RTR is outstanding (see `Inner::rtr_read_out`).
+    rtr_read: Cell<bool>,
     terminated: Cell<bool>,
 }
 
@@ -840,7 +935,7 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                 RxCtx::place_pieces(self.chunk, pos, &piece, 0, len, crc)
             }
             PlaceTarget::Untagged { msn, mo, .. } => {
-                let msg = self.ctx.msg.borrow();
+                let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError)?;
                 match msg.as_ref() {
                     Some(m) if m.msn == msn => RxCtx::place_pieces(self.chunk, pos, &m.pieces, u64::from(mo), len, crc),
                     _ => Err(PlaceError),
@@ -882,7 +977,9 @@ impl MemoryLookup for RxMem<'_, '_> {
         if qn != 0 {
             return Err(UntaggedCheck::NoBuffer);
         }
-        let mut cur = self.0.msg.borrow_mut();
+        // Never borrowed twice (the decoder calls one hook at a time); `try_borrow_mut`
+        // keeps the panic path out of the RX path all the same.
+        let mut cur = self.0.msg.try_borrow_mut().map_err(|_| UntaggedCheck::NoBuffer)?;
         if cur.as_ref().is_none_or(|m| m.msn != msn) {
             if let Some(old) = cur.take() {
                 // A message that never completed: the decoder moved on (not reached with
@@ -949,7 +1046,7 @@ struct RxEv<'a, 'x>(&'a RxCtx<'x>);
 impl RxEvents for RxEv<'_, '_> {
     fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
         let qp = self.0.qp.qp();
-        let Some(m) = self.0.msg.borrow_mut().take() else {
+        let Some(m) = self.0.msg.try_borrow_mut().ok().and_then(|mut m| m.take()) else {
             return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
         };
         if let Some(stag) = msg.inval_stag {
@@ -964,7 +1061,16 @@ impl RxEvents for RxEv<'_, '_> {
         if done.opcode != Opcode::ReadResponse {
             return Ok(());
         }
-        let mut reads = self.0.reads_out.borrow_mut();
+        if self.0.rtr_read.get() {
+            // The answer to the RTR, sent before any ULP Read (RFC 6581 §5).
+            self.0.rtr_read.set(false);
+            return Ok(());
+        }
+        let mut reads = self
+            .0
+            .reads_out
+            .try_borrow_mut()
+            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         if reads.is_empty() {
             // A Read Response nobody asked for (RFC 5040 §7.2: unexpected opcode).
             return Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)));
@@ -985,7 +1091,8 @@ impl RxEvents for RxEv<'_, '_> {
         // The decoder enforces IRD; capacity for IRD requests was reserved.
         self.0
             .responses
-            .borrow_mut()
+            .try_borrow_mut()
+            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?
             .push(*req, GFP_ATOMIC)
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))
     }
@@ -1006,7 +1113,7 @@ impl RxEvents for RxEv<'_, '_> {
 
 impl SockEvents for Conn {
     fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, _ev: SockEvent) {
-        let _ = workqueue::system_highpri().enqueue(Arc::<Self>::from(this));
+        let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
     }
 }
 

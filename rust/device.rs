@@ -138,9 +138,8 @@ impl DeviceOps for Device {
         attr.max_qp_init_rd_atom = crate::conn::MAX_IRD_ORD;
         attr.max_res_rd_atom = crate::conn::MAX_IRD_ORD * crate::module_parameters::max_qp.value();
         attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
-        // Not IB_DEVICE_MEM_MGT_EXTENSIONS: REG_MR and LOCAL_INV work requests come with
-        // the transport slice.
-        attr.device_cap_flags = 0;
+        // REG_MR and LOCAL_INV work requests on kernel QPs, fast-registration MRs.
+        attr.device_cap_flags = b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
         // `rdma link del` may remove rsiw devices.
         attr.kernel_cap_flags = u64::from(b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
         Ok(())

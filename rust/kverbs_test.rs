@@ -149,11 +149,13 @@ mod suite {
             send(21, b::ib_wr_opcode_IB_WR_SEND, 0, &two),
             write,
         ]));
-        // Too many SGEs; LOCAL_INV needs the TX path; atomics do not exist on iWARP; full.
+        // Too many SGEs; a LOCAL_INV fills the SQ; atomics do not exist on iWARP; full.
         let three = [one[0], one[0], one[0]];
         check!(errno_at(qp.post_send(&[send(30, b::ib_wr_opcode_IB_WR_SEND, 0, &three)])) == Some((EINVAL.to_errno(), 0)));
-        let r = qp.post_send(&[send(23, b::ib_wr_opcode_IB_WR_SEND, 0, &one), send(31, b::ib_wr_opcode_IB_WR_LOCAL_INV, 0, &[])]);
-        check!(errno_at(r) == Some((EOPNOTSUPP.to_errno(), 1)));
+        let mut inv = send(23, b::ib_wr_opcode_IB_WR_LOCAL_INV, 0, &[]);
+        inv.rdma = (0, 0x1234_5678);
+        let r = qp.post_send(&[inv, send(31, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]);
+        check!(errno_at(r) == Some((ENOMEM.to_errno(), 1)));
         let atomic = send(32, b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP, 0, &one);
         check!(errno_at(qp.post_send(&[atomic])) == Some((EINVAL.to_errno(), 0)));
         check!(errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, &one)])) == Some((ENOMEM.to_errno(), 0)));
@@ -195,12 +197,12 @@ mod suite {
 
         // A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 23);
+        check!(w.id == 23 && w.opcode == b::siw_opcode_SIW_OP_INVAL_STAG as u8 && w.rkey == 0x1234_5678);
         let bad = BadSqe { slot: w.slot, id: w.id, opcode: w.opcode, reason: BadWqe::Opcode(w.opcode) };
         req!(Qp::fail_sqe(q, &bad).map_err(|_| ()));
         check!(Qp::fail_sqe(q, &bad) == Err(Stale));
         let op_err = b::ib_wc_status_IB_WC_LOC_QP_OP_ERR;
-        check!(poll_one(&cq) == Some((23, op_err, b::ib_wc_opcode_IB_WC_SEND, 0)));
+        check!(poll_one(&cq) == Some((23, op_err, b::ib_wc_opcode_IB_WC_LOCAL_INV, 0)));
         check!(Qp::next_sqe(q).is_none());
 
         // RX: take, complete with an invalidated STag.

@@ -14,8 +14,7 @@
 //! and become valid with a REG_MR work request. The data paths resolve a tagged offset to
 //! kernel memory with [`Mem::resolve`], and the TX path executes REG_MR and LOCAL_INV work
 //! requests, and the RX path Send with Invalidate, with [`Device::fast_register`] and
-//! [`Device::invalidate_stag`]. Until the TX path exists, `post_send` refuses REG_MR and
-//! LOCAL_INV with `EOPNOTSUPP`, and rsiw does not advertise `IB_DEVICE_MEM_MGT_EXTENSIONS`.
+//! [`Device::invalidate_stag`]; rsiw advertises `IB_DEVICE_MEM_MGT_EXTENSIONS`.
 
 use crate::device::{take_slot, Device, SlotGuard};
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
@@ -246,10 +245,6 @@ impl Device {
     ///
     /// `EINVAL` for no such MR, not a fast-registration MR, no page list mapped, or an
     /// MR that is still valid; `EACCES` for another PD.
-    #[cfg_attr(
-        not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it")
-    )]
     pub(crate) fn fast_register(&self, stag: u32, pd: PdId, access: i32) -> Result {
         let mem = self.stags.get(stag >> 8).ok_or(EINVAL)?;
         if mem.max_pages == 0 || mem.pages.lock().is_empty() {

@@ -66,6 +66,14 @@ module! {
             default: false,
             description: "Request the RFC 6581 peer-to-peer model (an RTR message before the first ULP message)",
         },
+        mpa_timeout_ms: u32 {
+            default: 10000,
+            description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (0: wait forever)",
+        },
+        p2p_rtr: u32 {
+            default: 3,
+            description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read (0 means 3; zero-length Send is not supported)",
+        },
         max_mr: u32 {
             default: 262144,
             description: "Maximum number of memory regions per rsiw device",
@@ -81,15 +89,18 @@ struct Rsiw {
     _link: sys::link::LinkRegistration<device::Link>,
     _notifier: sys::netdev::NotifierRegistration<device::Link>,
     _registry: sys::ibdev::Registry,
+    /// Dropped last (fields drop in order): drains the work of the devices removed above.
+    _wq: sys::WorkQueue,
 }
 
 impl kernel::Module for Rsiw {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        let wq = sys::WorkQueue::new()?;
         let registry = sys::ibdev::Registry::new()?;
         let notifier = sys::netdev::NotifierRegistration::new()?;
         let link = sys::link::LinkRegistration::new()?;
         pr_info!("loaded: link type 'rsiw' (rdma link add NAME type rsiw netdev DEV)\n");
-        Ok(Rsiw { _link: link, _notifier: notifier, _registry: registry })
+        Ok(Rsiw { _link: link, _notifier: notifier, _registry: registry, _wq: wq })
     }
 }
 

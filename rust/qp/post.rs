@@ -63,7 +63,9 @@ impl Qp {
     ///
     /// `EINVAL` for more SGEs than granted, an RDMA READ with other than one SGE, inline
     /// data beyond [`MAX_INLINE`], messages beyond 4 GiB, immediate data and atomics (not on
-    /// iWARP); `EOPNOTSUPP` for LOCAL_INV and REG_MR (processed by the transport slice).
+    /// iWARP), a REG_MR without an MR or with a key that names another MR. LOCAL_INV and
+    /// REG_MR become `SIW_OP_INVAL_STAG` / `SIW_OP_REG_MR` SQEs the transport executes in
+    /// SQ order (the new STag in `rkey`, REG_MR's rights in `access`).
     fn build_sqe(&self, qpn: u32, wr: &SendWr) -> Result<b::siw_sqe> {
         let n = u32::try_from(wr.num_sge()).map_err(|_| invalid(qpn, format_args!("negative num_sge")))?;
         if n > self.caps.send_sge {
@@ -98,11 +100,23 @@ impl Qp {
                     (b::siw_opcode_SIW_OP_READ_LOCAL_INV, false)
                 }
             }
-            b::ib_wr_opcode_IB_WR_LOCAL_INV | b::ib_wr_opcode_IB_WR_REG_MR => {
-                if crate::sys::ratelimit() {
-                    pr_err!("QP {qpn}: LOCAL_INV/REG_MR work requests are not supported yet\n");
+            b::ib_wr_opcode_IB_WR_LOCAL_INV => {
+                sqe.rkey = wr.invalidate_rkey();
+                sqe.flags = flags;
+                sqe.opcode = b::siw_opcode_SIW_OP_INVAL_STAG as u8;
+                return Ok(sqe);
+            }
+            b::ib_wr_opcode_IB_WR_REG_MR => {
+                let (lkey, key, access) = wr.reg().ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
+                if lkey >> 8 != key >> 8 {
+                    return Err(invalid(qpn, format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}")));
                 }
-                return Err(EOPNOTSUPP);
+                // The new STag in `rkey`, the rights in `access` (the union with the SGEs).
+                sqe.rkey = key;
+                sqe.__bindgen_anon_2.access = u64::from(access as u32);
+                sqe.flags = flags;
+                sqe.opcode = b::siw_opcode_SIW_OP_REG_MR as u8;
+                return Ok(sqe);
             }
             _ => return Err(invalid(qpn, format_args!("opcode {op} is not supported on iWARP"))),
         };
@@ -147,7 +161,7 @@ impl Qp {
     /// # Errors
     ///
     /// With the first WR not posted: `EINVAL` in RESET, for a malformed WR (see
-    /// [`Qp::build_sqe`]) or for WRs on a user QP; `EOPNOTSUPP` for LOCAL_INV/REG_MR;
+    /// [`Qp::build_sqe`]) or for WRs on a user QP;
     /// `ENOMEM` if the SQ (or, in ERROR, the CQ) is full.
     pub(crate) fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
         let qpn = qp.qpn();

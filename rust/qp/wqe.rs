@@ -87,6 +87,12 @@ impl SendWqe {
         self.flags & SIGNALLED != 0
     }
 
+    /// The `IB_ACCESS_*` rights of a REG_MR WQE (the ABI's `access`, which shares its
+    /// octets with the first SGE); meaningless for other opcodes.
+    pub(crate) fn access(&self) -> i32 {
+        self.sge[0].laddr as u32 as i32
+    }
+
     /// The local SGEs (empty for inline WQEs).
     pub(crate) fn sges(&self) -> &[b::siw_sge] {
         if self.flags & INLINE != 0 {

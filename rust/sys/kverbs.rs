@@ -347,7 +347,8 @@ pub(crate) struct SendReq<'a> {
     pub(crate) flags: u32,
     /// The local buffers.
     pub(crate) sges: &'a [Sge],
-    /// Remote address and key (RDMA WRITE/READ).
+    /// Remote address and key (RDMA WRITE/READ); the key is the STag to invalidate for
+    /// LOCAL_INV and SEND_WITH_INV.
     pub(crate) rdma: (u64, u32),
 }
 
@@ -616,6 +617,9 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
             w.wr.sg_list = sges.as_mut_ptr().wrapping_add(at);
             at += r.sges.len();
             (w.remote_addr, w.rkey) = r.rdma;
+            if matches!(r.opcode, bindings::ib_wr_opcode_IB_WR_LOCAL_INV | bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV) {
+                w.wr.ex.invalidate_rkey = r.rdma.1;
+            }
             wrs.push(w, GFP_KERNEL).map_err(|e| (e.into(), 0))?;
         }
         // Linked after all pushes: the vector no longer moves. `wr` is the first member of

@@ -131,3 +131,41 @@ pub(crate) fn random_u32() -> u32 {
     // SAFETY: `get_random_u32` has no preconditions.
     unsafe { bindings::get_random_u32() }
 }
+
+/// rsiw's own work queue (`rsiw_wq_init()` in the C shim: high priority, per-CPU,
+/// `WQ_MEM_RECLAIM`), for the connection manager's and the connections' work items.
+///
+/// # Invariants
+///
+/// While a `WorkQueue` exists, `rsiw_wq_get()` returns a live work queue. Dropping it
+/// drains and destroys the queue.
+pub(crate) struct WorkQueue(());
+
+impl WorkQueue {
+    /// Creates the queue (module init).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: called once, from module init, before anything can queue work.
+        to_result(unsafe { bindings::rsiw_wq_init() })?;
+        Ok(WorkQueue(()))
+    }
+}
+
+impl Drop for WorkQueue {
+    fn drop(&mut self) {
+        // SAFETY: the queue exists (type invariant); the module drops this last, after
+        // every device (and so every connection and CEP) is gone, so nothing queues more.
+        unsafe { bindings::rsiw_wq_exit() }
+    }
+}
+
+/// The queue of [`WorkQueue`] for enqueueing rsiw's work items.
+pub(crate) fn queue() -> &'static kernel::workqueue::Queue {
+    // SAFETY: work is queued only by rsiw's objects, which exist between module init and
+    // the `WorkQueue`'s drop at module exit; `destroy_workqueue` drains the queue before
+    // it goes, so the reference is never used after.
+    unsafe { kernel::workqueue::Queue::from_raw(bindings::rsiw_wq_get().cast()) }
+}

@@ -86,6 +86,22 @@ impl SendWr {
         }
     }
 
+    /// The fast-registration request of `IB_WR_REG_MR` (`struct ib_reg_wr`): the MR's
+    /// current local STag (`mr->lkey`), the STag to register it under (`key`) and the
+    /// rights (`IB_ACCESS_*`); `None` for other opcodes or without an MR.
+    pub(crate) fn reg(&self) -> Option<(u32, u32, i32)> {
+        if self.0.opcode != bindings::ib_wr_opcode_IB_WR_REG_MR {
+            return None;
+        }
+        let p = core::ptr::from_ref(&self.0).cast::<bindings::ib_reg_wr>();
+        // SAFETY: for `IB_WR_REG_MR` the consumer posts a `struct ib_reg_wr` whose first
+        // member is this `ib_send_wr` (`reg_wr()` in C).
+        let r = unsafe { &*p };
+        // SAFETY: `r.mr` is null or the consumer's MR, alive while its WR is posted.
+        let mr = unsafe { r.mr.as_ref()? };
+        Some((mr.lkey, r.key, r.access))
+    }
+
     /// Copies the data of all SGEs (inline send) into `dst`; returns the octet count.
     ///
     /// # Errors
