@@ -3,13 +3,15 @@
 over kernel TCP, CONNECT_REQUEST with the peer's private data, reject with private data,
 accept (the QP enters RTS on both sides) and disconnect from both sides at once."""
 import errno
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from conftest import sh
+from conftest import load_rsiw, sh, unload_rsiw
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -128,3 +130,58 @@ def test_listen_and_close_repeatedly(cm_dev):
     p = subprocess.run([sys.executable, "-c", script, ADDR], capture_output=True, text=True,
                        timeout=120)
     assert p.stdout.strip() == "listened 20 times", p.stdout + p.stderr
+
+
+MPA_TIMEOUT_MS = 2000
+
+
+@pytest.fixture
+def cm_dev_timeout(dummy):
+    """rsiw0 with a 2 s MPA startup timeout (`mpa_timeout_ms`)."""
+    unload_rsiw()
+    load_rsiw(f"mpa_timeout_ms={MPA_TIMEOUT_MS}")
+    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh("modprobe rdma_ucm")
+    yield DEV
+    sh(f"rdma link del {DEV}", check=False)
+    unload_rsiw()
+
+
+def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):
+    """A TCP client that connects to an rsiw listener and never sends its MPA Request is
+    closed after mpa_timeout_ms; the listener is unaffected and accepts a real client."""
+    srv = server(7474, "accept")
+    s = socket.create_connection((ADDR, 7474), timeout=60)
+    t0 = time.monotonic()
+    try:
+        data = s.recv(100)
+    except ConnectionResetError:
+        data = b""
+    elapsed = time.monotonic() - t0
+    s.close()
+    assert data == b"", f"rsiw sent {data!r} before any MPA Request"
+    assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 30, f"closed after {elapsed:.1f} s"
+    res = connect(7474)
+    out, _ = srv.communicate(timeout=60)
+    assert res == "connected" and "accepted" in out, (res, out)
+
+
+def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
+    """A TCP server that accepts rsiw's connection, takes the MPA Request and never
+    replies: after mpa_timeout_ms the consumer's connect fails with ETIMEDOUT."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((ADDR, 7475))
+    ls.listen(1)
+    t0 = time.monotonic()
+    res = connect(7475)
+    elapsed = time.monotonic() - t0
+    ls.settimeout(10)
+    conn, _ = ls.accept()
+    conn.settimeout(10)
+    got = conn.recv(100)
+    conn.close()
+    ls.close()
+    assert got.startswith(b"MPA ID Req Frame"), got
+    assert res == f"connect-errno {errno.ETIMEDOUT}", res
+    assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 60, f"failed after {elapsed:.1f} s"

@@ -449,7 +449,7 @@ def decode(pcap):
                        timeout=T_TOOL)
     assert p.returncode == 0, f"tshark failed ({p.returncode}):\n{p.stderr.decode()}"
     d = {"frames": 0, "req": [], "rep": [], "opcodes": set(), "fpdus": 0, "good_crc": 0,
-         "bad_crc": 0, "malformed": 0, "bad": []}
+         "bad_crc": 0, "malformed": 0, "bad": [], "markers": 0, "first_op": None}
     for _, pkt in ElementTree.iterparse(io.BytesIO(p.stdout)):
         if pkt.tag != "packet":
             continue
@@ -469,8 +469,12 @@ def decode(pcap):
             elif name == "_ws.expert.message" and d["bad"] and d["bad"][-1].endswith("error"):
                 d["bad"][-1] += ": " + show
             elif name == "iwarp_rdma.opcode":
+                if d["first_op"] is None:
+                    d["first_op"] = show
                 d["opcodes"].add(show)
                 d["fpdus"] += 1
+            elif name == "iwarp_mpa.marker_fpduptr":
+                d["markers"] += 1
             elif name == "iwarp_mpa.crc_check":
                 showname = el.get("showname", "")
                 d["good_crc"] += "Good CRC32" in showname
@@ -489,23 +493,26 @@ def decode(pcap):
     return d
 
 
-def check_decode(name, d, rev, crc, req_crc=None):
+def check_decode(name, d, rev, crc, req_crc=None, markers=False):
     """Failure messages for an rping capture: one MPA Request and one accepting Reply with
-    revision `rev`, CRC `crc` in use (the Request's C bit is `req_crc` when given), the
-    RDMAP opcodes rping uses, no bad CRC, no malformed frames, no expert errors."""
+    revision `rev`, CRC `crc` in use (the Request's C bit is `req_crc` when given), MPA
+    markers (their FPDU back pointers decoded) exactly when `markers`, the RDMAP opcodes
+    rping uses, no bad CRC, no malformed frames, no expert errors."""
     errs = []
     flag = {"True": True, "False": False, "1": True, "0": False}
     mpa = [(r.get("iwarp_mpa.rev"), r.get("iwarp_mpa.crc_flag")) for r in d["req"] + d["rep"]]
     print(f"{name}: {d['frames']} frames, {d['fpdus']} FPDUs, opcodes {sorted(d['opcodes'])}, "
-          f"MPA Request/Reply (rev, C) {mpa}, CRC32 good {d['good_crc']} bad {d['bad_crc']}")
+          f"MPA Request/Reply (rev, C) {mpa}, CRC32 good {d['good_crc']} bad {d['bad_crc']}, "
+          f"{d['markers']} markers")
     if len(d["req"]) != 1 or len(d["rep"]) != 1:
         errs.append(f"{name}: {len(d['req'])} MPA Requests and {len(d['rep'])} Replies, want 1 each")
     for r in d["req"] + d["rep"]:
         kind = "Request" if r.get("iwarp_mpa.key.req") else "Reply"
         if r.get("iwarp_mpa.rev") != str(rev):
             errs.append(f"{name}: MPA {kind} revision {r.get('iwarp_mpa.rev')}, want {rev}")
-        if flag.get(r.get("iwarp_mpa.marker_flag")) is not False:
-            errs.append(f"{name}: MPA {kind} marker flag {r.get('iwarp_mpa.marker_flag')}")
+        if flag.get(r.get("iwarp_mpa.marker_flag")) is not markers:
+            errs.append(f"{name}: MPA {kind} marker flag {r.get('iwarp_mpa.marker_flag')}, "
+                        f"want {markers}")
         if kind == "Reply" and flag.get(r.get("iwarp_mpa.rej_flag")) is not False:
             errs.append(f"{name}: MPA Reply rejects the connection")
         want_c = req_crc if kind == "Request" and req_crc is not None else crc
@@ -520,6 +527,10 @@ def check_decode(name, d, rev, crc, req_crc=None):
             errs.append(f"{name}: no {what} decoded (opcodes {sorted(ops)})")
     if not ops & {"0x03", "0x04", "0x05", "0x06"}:
         errs.append(f"{name}: no Send decoded (opcodes {sorted(ops)})")
+    if markers and not d["markers"]:
+        errs.append(f"{name}: markers negotiated but no marker back pointer decoded")
+    if not markers and d["markers"]:
+        errs.append(f"{name}: {d['markers']} markers decoded on a connection without markers")
     if d["bad_crc"]:
         errs.append(f"{name}: {d['bad_crc']} Bad CRC32")
     if crc and d["good_crc"] < d["fpdus"]:
@@ -605,9 +616,7 @@ def report(errs):
 
 # --- 1. rping, rsiw <-> rsiw ----------------------------------------------------
 
-# MPA revision 1 rsiw <-> rsiw (mpa_rev=1) fails today and is left out until fixed (see
-# the data-path issue); the Rev 1 responder is covered by test_interop_siw's refusal case.
-@pytest.mark.parametrize("params", ["", "mpa_crc=1"], ids=["default", "crc"])
+@pytest.mark.parametrize("params", ["", "mpa_crc=1", "mpa_rev=1"], ids=["default", "crc", "rev1"])
 def test_rping_loopback(loop_dev, procs, tmp_path, params):
     if STANDIN and params:
         pytest.skip("siw stand-in has no module parameters: this run would repeat 'default'")
@@ -620,10 +629,8 @@ def test_rping_loopback(loop_dev, procs, tmp_path, params):
 
 # --- 2. perftest, rsiw <-> rsiw -------------------------------------------------
 
-# ib_write_lat and ib_read_lat are not here yet: over rsiw they hang in the latency loop
-# (under investigation, see the data-path issue); a hanging test would cost the suite its
-# time limit.
-@pytest.mark.parametrize("tool", ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_send_lat"])
+@pytest.mark.parametrize("tool", ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_send_lat",
+                                  "ib_write_lat", "ib_read_lat"])
 def test_perftest_loopback(loop_dev, procs, tmp_path, tool):
     addr = loop_dev()
     report(run_perftest(procs, tmp_path, tool, (DUT, DUT), addr, DUT))
@@ -640,11 +647,15 @@ must fail cleanly instead of connecting."""
 # Every role with siw's defaults (Rev 2, no CRC), CRC both ways as rsiw asks for it,
 # and Rev 1 in both roles (the Rev 1 responder case checks the refusal); the full
 # 2x2x2 matrix is RSIW_INTEROP_FULL=1.
-# Rev 1 with rsiw as client is not in the default set: the siw server's rping then
-# fails to post its RDMA Read ("post send error -1"); not yet investigated (siw's ORD
-# without the RFC 6581 block?).
 _INTEROP = [(2, 0, "rsiw_client"), (2, 0, "rsiw_server"), (2, 1, "rsiw_client"),
-            (1, 0, "rsiw_server")]
+            (1, 0, "rsiw_client"), (1, 0, "rsiw_server")]
+
+SIW_REV1_SERVER_HAS_NO_ORD = True
+"""siw as a Rev 1 responder reports IRD = ORD = 0 in CONNECT_REQUEST (it has no RFC 6581
+block to take them from), so a server accepting with librdmacm's defaults, like rping's,
+gets ORD 0 and its RDMA Read fails at post ("post send error -1"). rsiw reports its
+device limits instead. The Rev 1 rsiw-client case therefore runs only the perftest tools
+against siw (they accept with explicit IRD/ORD)."""
 if os.environ.get("RSIW_INTEROP_FULL") == "1":
     _INTEROP = [(r, c, o) for r in (2, 1) for c in (0, 1) for o in ("rsiw_client", "rsiw_server")]
 
@@ -671,6 +682,13 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
         assert crc_rc is not None, "siw client hung on a refused connection:\n" + cout
         assert crc_rc != 0 and "ping data" not in cout, \
             "siw (Rev 2) connected to rsiw with mpa_rev=1:\n" + cout
+        return
+
+    if role == "rsiw_client" and not STANDIN and rev == 1 and SIW_REV1_SERVER_HAS_NO_ORD:
+        for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw"):
+            errs += run_perftest(procs, tmp_path, tool, (s_dev, c_dev), s_ip, s_dev, c_ip,
+                                 s_ns, c_ns)
+        report(errs)
         return
 
     # rping, captured on vrA, with the devices watched.
@@ -700,11 +718,14 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
 
 # --- 4. captures of rsiw <-> rsiw ----------------------------------------------
 
-@pytest.mark.parametrize("crc", [1], ids=["crc1"])
-def test_pcap_loopback(loop_dev, procs, tmp_path, crc):
+@pytest.mark.parametrize("crc,markers", [(1, 0), (1, 1)], ids=["crc1", "crc1-markers"])
+def test_pcap_loopback(loop_dev, procs, tmp_path, crc, markers):
+    """rping rsiw <-> rsiw over lo, captured and decoded: with CRC, and with CRC and MPA
+    markers (RFC 5044 §5: a marker every 512 octets of the stream, pointing back to its
+    FPDU's header), data verified end to end by rping -V."""
     if STANDIN and crc:
         pytest.skip("siw stand-in has no mpa_crc parameter: this run would repeat crc0")
-    addr = loop_dev(dut_params(crc=crc))
+    addr = loop_dev(dut_params(crc=crc) + (" mpa_markers=1" if markers else ""))
     w_rev, w_crc = expected_wire(2, crc)
     p = port()
     server, client = rping_argvs(addr, p, 20)
@@ -713,4 +734,61 @@ def test_pcap_loopback(loop_dev, procs, tmp_path, crc):
     res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
     cap.stop()
     report(check_rping("rping", 20, *res) or
-           check_decode("loopback capture", decode(cap.path), w_rev, w_crc))
+           check_decode("loopback capture", decode(cap.path), w_rev, w_crc,
+                        markers=bool(markers)))
+
+
+# --- 5. peer-to-peer RTR (RFC 6581 §5) ---------------------------------------------
+
+RTR_TYPES = [(1, "0x00", "write"), (2, "0x01", "read")]
+"""(p2p_rtr mask, RDMAP opcode of the RTR message, id): zero-length RDMA Write and Read.
+A zero-length Send RTR is not supported (rsiw neither offers nor accepts it)."""
+
+
+def check_rtr(name, d, opcode):
+    """The first FPDU on the wire is the Initiator's RTR message of the negotiated type
+    (the Responder holds its FPDUs until the RTR arrived)."""
+    if d["first_op"] != opcode:
+        return [f"{name}: first FPDU has RDMAP opcode {d['first_op']}, want the RTR {opcode}"]
+    return []
+
+
+@pytest.mark.parametrize("mask,opcode", [(m, o) for m, o, _ in RTR_TYPES],
+                         ids=[i for _, _, i in RTR_TYPES])
+def test_p2p_loopback(loop_dev, procs, tmp_path, mask, opcode):
+    """rsiw <-> rsiw with peer_to_peer=1: the Initiator's first FPDU is the zero-length
+    RTR of the one type offered (p2p_rtr), the Responder waits for it; rping verifies
+    the data afterwards."""
+    if STANDIN:
+        pytest.skip("siw stand-in has no peer_to_peer parameter")
+    addr = loop_dev(f"peer_to_peer=1 p2p_rtr={mask}")
+    p = port()
+    server, client = rping_argvs(addr, p, 20)
+    cap = Capture(procs, tmp_path / "p2p.pcap", "lo", None, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
+    cap.stop()
+    errs = check_rping("rping", 20, *res)
+    if not errs:
+        d = decode(cap.path)
+        errs += check_decode("p2p capture", d, 2, False) + check_rtr("p2p capture", d, opcode)
+    report(errs)
+
+
+@pytest.mark.parametrize("mask,opcode", [(m, o) for m, o, _ in RTR_TYPES],
+                         ids=[i for _, _, i in RTR_TYPES])
+def test_p2p_siw(two_ns, procs, tmp_path, mask, opcode):
+    """rsiw (peer_to_peer=1) as client of a siw server: siw accepts the peer-to-peer
+    model and the offered RTR type; rping verifies the data afterwards."""
+    if STANDIN:
+        pytest.skip("siw stand-in has no peer_to_peer parameter")
+    two_ns(f"peer_to_peer=1 p2p_rtr={mask}")
+    p = port()
+    server, client = rping_argvs(IP_B, p, 20, IP_A)
+    cap = Capture(procs, tmp_path / "p2p.pcap", VETH_A, NS_A, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, PEER, IP_B, p, NS_B, NS_A)
+    cap.stop()
+    errs = check_rping("rping", 20, *res)
+    if not errs:
+        d = decode(cap.path)
+        errs += check_decode("p2p capture", d, 2, False) + check_rtr("p2p capture", d, opcode)
+    report(errs)
