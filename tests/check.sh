@@ -4,6 +4,9 @@
 #   2. build root and debug kernel (cached), rsiw.ko with CLIPPY=1 and warnings as errors,
 #      for the debug kernel and for Debian's stock kernel (its objtool sees other code)
 #   3. guest: the pytest suite in tests/guest/ on the debug kernel (KASAN, lockdep, kmemleak)
+#   4. guest: transfer tests on Debian's stock kernel, where they run faster: rping -C 1000
+#      and perftest at 2 B ... 1 MiB (the debug kernel runs 100 pings and 2 B, 64 KiB),
+#      NVMe-oF, and the cases that trip lockdep inside the C siw (P2P RTR against siw)
 . "$(dirname "$0")/lib.sh"
 
 log "check: host tests"
@@ -17,4 +20,9 @@ log "check: build root, kernels and module (cached after the first run)"
 log "check: guest tests on the debug kernel"
 "$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-4800}" -- \
 	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest
+log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR path there)"
+"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout "${RSIW_STOCK_TIMEOUT:-900}" -- \
+	env RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 \
+	python3 -m pytest -v -p no:cacheprovider tests/guest/test_transport.py \
+	tests/guest/test_nvmeof.py -k "p2p_siw or nvme or rping_loopback or perftest_loopback"
 log "check: all passed"

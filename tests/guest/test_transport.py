@@ -49,8 +49,8 @@ open for the life of a process, which would keep `rdma link del` and `rmmod` wai
 every test kills its background processes, deletes its links and namespaces and unloads
 the modules, asserting that `rmmod` succeeds.
 
-Knobs (environment): RSIW_RPING_COUNT (default 200; 1000 takes ~65 s under TCG with
-KASAN), RSIW_BW_SIZES (default 2,4096,65536,1048576: one connection per size; `all` runs
+Knobs (environment): RSIW_RPING_COUNT (default 100; 1000 takes ~65 s under TCG with
+KASAN), RSIW_BW_SIZES (default 2,65536: one connection per size; `all` runs
 perftest's -a, 2 B ... 8 MiB, ~70-90 s per test under TCG), RSIW_BW_ITERS (default 5,
 perftest's minimum; siw <-> siw ib_send_bw of 1 MiB with -n 10 did not finish within 300 s
 under TCG while -n 5 did, as in -a runs), RSIW_LAT_ITERS (default 100).
@@ -652,10 +652,11 @@ _INTEROP = [(2, 0, "rsiw_client"), (2, 0, "rsiw_server"), (2, 1, "rsiw_client"),
 
 SIW_REV1_SERVER_HAS_NO_ORD = True
 """siw as a Rev 1 responder reports IRD = ORD = 0 in CONNECT_REQUEST (it has no RFC 6581
-block to take them from), so a server accepting with librdmacm's defaults, like rping's,
-gets ORD 0 and its RDMA Read fails at post ("post send error -1"). rsiw reports its
-device limits instead. The Rev 1 rsiw-client case therefore runs only the perftest tools
-against siw (they accept with explicit IRD/ORD)."""
+block to take them from), and librdmacm bounds the accepting server's IRD and ORD by
+those: rping's server then fails to post its RDMA Read ("post send error -1"), and
+ib_read_bw's server QP gets IRD 0, so siw answers rsiw's first Read Request with a
+TERMINATE ("IRQ exceeded or null, size 0"). rsiw reports its device limits instead. The
+Rev 1 rsiw-client case therefore runs ib_send_bw and ib_write_bw against siw."""
 if os.environ.get("RSIW_INTEROP_FULL") == "1":
     _INTEROP = [(r, c, o) for r in (2, 1) for c in (0, 1) for o in ("rsiw_client", "rsiw_server")]
 
@@ -685,7 +686,7 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
         return
 
     if role == "rsiw_client" and not STANDIN and rev == 1 and SIW_REV1_SERVER_HAS_NO_ORD:
-        for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw"):
+        for tool in ("ib_send_bw", "ib_write_bw"):
             errs += run_perftest(procs, tmp_path, tool, (s_dev, c_dev), s_ip, s_dev, c_ip,
                                  s_ns, c_ns)
         report(errs)
@@ -774,6 +775,15 @@ def test_p2p_loopback(loop_dev, procs, tmp_path, mask, opcode):
     report(errs)
 
 
+SIW_RTR_LOCKDEP_BUG = os.path.exists("/proc/lockdep")
+"""siw as a peer-to-peer Responder takes the socket's sk_callback_lock for writing in its
+RTR data-ready callback (softirq) and for reading with softirqs enabled elsewhere:
+lockdep reports "inconsistent lock state" at siw_rtr_data_ready and switches itself off
+for the rest of the boot. A siw bug, not rsiw's; make check runs these cases on Debian's
+stock kernel (no lockdep) instead of the debug kernel."""
+
+
+@pytest.mark.skipif(SIW_RTR_LOCKDEP_BUG, reason="siw's RTR path trips lockdep (run on the stock kernel)")
 @pytest.mark.parametrize("mask,opcode", [(m, o) for m, o, _ in RTR_TYPES],
                          ids=[i for _, _, i in RTR_TYPES])
 def test_p2p_siw(two_ns, procs, tmp_path, mask, opcode):
