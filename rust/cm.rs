@@ -27,12 +27,13 @@ use crate::sys::ibdev::IbDevice;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
 use crate::wire::mpa::RtrSet;
-use kernel::prelude::*;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::impl_has_hr_timer;
+use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
 use kernel::time::hrtimer::{
-    ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer, HrTimerRestart, RelativeMode,
+    ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer,
+    HrTimerRestart, RelativeMode,
 };
 use kernel::time::{Delta, Monotonic};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
@@ -69,7 +70,11 @@ fn rtr_types() -> RtrSet {
         0 => 3,
         m => m,
     };
-    RtrSet { send: false, write: m & 1 != 0, read: m & 2 != 0 }
+    RtrSet {
+        send: false,
+        write: m & 1 != 0,
+        read: m & 2 != 0,
+    }
 }
 
 /// A listening endpoint.
@@ -89,7 +94,11 @@ impl_has_work! {
 impl Listener {
     /// `iw_create_listen`: listens on the id's (mapped) local address; a wildcard address
     /// serves only this device's netdev.
-    pub(crate) fn create(dev: &IbDevice<Device>, id: CmId<Device>, backlog: i32) -> Result<Arc<Self>> {
+    pub(crate) fn create(
+        dev: &IbDevice<Device>,
+        id: CmId<Device>,
+        backlog: i32,
+    ) -> Result<Arc<Self>> {
         let ndev = dev.netdev().ok_or(ENODEV)?;
         let addr = id.mapped_local_addr();
         let mut sock = Socket::tcp(ndev.net(), addr.family())?;
@@ -227,7 +236,11 @@ impl HrTimerCallback for Cep {
 }
 
 impl Cep {
-    fn new(state: State, id: Option<CmId<Device>>, listener: Option<Arc<Listener>>) -> Result<Arc<Self>> {
+    fn new(
+        state: State,
+        id: Option<CmId<Device>>,
+        listener: Option<Arc<Listener>>,
+    ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 inner <- new_mutex!(Inner {
@@ -252,7 +265,10 @@ impl Cep {
 
     /// A connection accepted by `listener`: waits for the peer's MPA Request.
     fn passive(listener: Arc<Listener>, mut sock: Socket, lsock: &Socket) -> Result {
-        let startup = KBox::new(Startup::responder(startup_config(0x3FFE, 0x3FFE)).map_err(|_| EINVAL)?, GFP_KERNEL)?;
+        let startup = KBox::new(
+            Startup::responder(startup_config(0x3FFE, 0x3FFE)).map_err(|_| EINVAL)?,
+            GFP_KERNEL,
+        )?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
         let cep = Self::new(State::AwaitRequest, None, Some(listener))?;
         sock.attach(cep.clone(), Some(lsock))?;
@@ -369,7 +385,9 @@ impl Cep {
             return Err(EOPNOTSUPP);
         }
         let n = *st.negotiated().ok_or(EINVAL)?;
-        let (ird, ord) = n.ird_ord.map_or((ird, ord), |x| (u32::from(x.ird), u32::from(x.ord)));
+        let (ird, ord) = n
+            .ird_ord
+            .map_or((ird, ord), |x| (u32::from(x.ird), u32::from(x.ord)));
         let sock = g.sock.take().ok_or(ENOTCONN)?;
         let addrs = g.addrs;
         g.startup = None;
@@ -377,7 +395,14 @@ impl Cep {
         g.timer = None;
         let mut id = Some(id);
         Conn::establish(qp, sock, &mut id, &n, ird, ord, |id| {
-            let ev = CmEvent { kind: CmEventKind::Established, status: 0, addrs, private_data: &[], ird, ord };
+            let ev = CmEvent {
+                kind: CmEventKind::Established,
+                status: 0,
+                addrs,
+                private_data: &[],
+                ird,
+                ord,
+            };
             let _ = id.event(&ev);
         })?;
         Ok(())
@@ -437,7 +462,12 @@ impl Cep {
             used
         });
         let peer_gone = matches!(sock.state(), tcp_state::CLOSE | tcp_state::CLOSE_WAIT);
-        if peer_gone && !matches!(st.status(), Status::Established | Status::Rejected | Status::Failed(_)) {
+        if peer_gone
+            && !matches!(
+                st.status(),
+                Status::Established | Status::Rejected | Status::Failed(_)
+            )
+        {
             let _ = st.peer_closed();
         }
         st.status()
@@ -451,7 +481,9 @@ impl Cep {
         let pd = n.private_data;
         let id = g.id.as_ref().ok_or(EINVAL)?;
         let qp = id.qp_ref(g.qpn).ok_or(EINVAL)?;
-        let (ird, ord) = n.ird_ord.map_or((g.ird, g.ord), |x| (u32::from(x.ird), u32::from(x.ord)));
+        let (ird, ord) = n
+            .ird_ord
+            .map_or((g.ird, g.ord), |x| (u32::from(x.ird), u32::from(x.ord)));
         let sock = g.sock.take().ok_or(ENOTCONN)?;
         let addrs = g.addrs;
         g.startup = None;
@@ -516,7 +548,14 @@ impl Cep {
                 Self::close_locked(g);
                 if let Some(id) = g.id.take() {
                     let code = -(crate::sys::bindings::ETIMEDOUT as i32);
-                    let ev = CmEvent { kind: CmEventKind::ConnectReply, status: code, addrs, private_data: &[], ird: 0, ord: 0 };
+                    let ev = CmEvent {
+                        kind: CmEventKind::ConnectReply,
+                        status: code,
+                        addrs,
+                        private_data: &[],
+                        ird: 0,
+                        ord: 0,
+                    };
                     let _ = id.event(&ev);
                 }
                 true
@@ -533,16 +572,18 @@ impl Cep {
         match g.state {
             State::AwaitRequest => match Self::receive(g) {
                 Status::RequestReceived => {
-                    let Some(l) = g.listener.take() else { return Self::close_locked(g) };
+                    let Some(l) = g.listener.take() else {
+                        return Self::close_locked(g);
+                    };
                     let Some(peer) = g.startup.as_ref().and_then(|s| s.peer().copied()) else {
                         return Self::close_locked(g);
                     };
                     // MPA revision 1 carries no IRD/ORD (RFC 6581 §1): the device limits
                     // are reported, so a consumer accepting with its defaults can still
                     // issue RDMA Reads; the ULP agrees the real limits out of band.
-                    let (ird, ord) = peer
-                        .enhanced
-                        .map_or((MAX_IRD_ORD, MAX_IRD_ORD), |e| (u32::from(e.ird), u32::from(e.ord)));
+                    let (ird, ord) = peer.enhanced.map_or((MAX_IRD_ORD, MAX_IRD_ORD), |e| {
+                        (u32::from(e.ird), u32::from(e.ord))
+                    });
                     let ev = CmEvent {
                         kind: CmEventKind::ConnectRequest,
                         status: 0,
@@ -599,12 +640,22 @@ impl Cep {
                 let addrs = g.addrs;
                 Self::close_locked(g);
                 if let Some(id) = g.id.take() {
-                    let ev = CmEvent { kind: CmEventKind::ConnectReply, status: code, addrs, private_data: &pd, ird: 0, ord: 0 };
+                    let ev = CmEvent {
+                        kind: CmEventKind::ConnectReply,
+                        status: code,
+                        addrs,
+                        private_data: &pd,
+                        ird: 0,
+                        ord: 0,
+                    };
                     let _ = id.event(&ev);
                 }
             }
             State::AwaitAccept => {
-                if matches!(g.sock.as_ref().map(|s| s.state()), Some(tcp_state::CLOSE | tcp_state::CLOSE_WAIT)) {
+                if matches!(
+                    g.sock.as_ref().map(|s| s.state()),
+                    Some(tcp_state::CLOSE | tcp_state::CLOSE_WAIT)
+                ) {
                     // The peer left before the consumer answered; accept or reject will
                     // fail with EINVAL on the closed CEP.
                     Self::close_locked(g);

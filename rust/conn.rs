@@ -42,17 +42,17 @@ use crate::engine::startup::{Negotiated, Role, SendGate};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream, TxSink};
 use crate::mem::{access_bits, MrRef};
 use crate::qp::wqe::SendWqe;
-use crate::qp::{Qp, MAX_INLINE, SOLICITED, READ_FENCE};
+use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SOLICITED};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::kmem::{crc32c_kva, IoList, Kva};
 use crate::sys::obj::PdId;
 use crate::sys::socket::{tcp_state, SkbChunk, SockEvent, SockEvents, SockRef, Socket};
+use crate::wire::mpa::RtrType;
 use crate::wire::rdmap::{
     AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
 };
-use crate::wire::mpa::RtrType;
 use crate::wire::terminate::{TermCause, Terminate};
 use core::cell::{Cell, RefCell};
 use kernel::prelude::*;
@@ -89,8 +89,16 @@ struct Piece {
 /// The payload of the message being sent.
 enum Payload {
     None,
-    Inline { buf: [u8; MAX_INLINE as usize], len: usize, off: usize },
-    Pieces { list: KVec<Piece>, idx: usize, off: u32 },
+    Inline {
+        buf: [u8; MAX_INLINE as usize],
+        len: usize,
+        off: usize,
+    },
+    Pieces {
+        list: KVec<Piece>,
+        idx: usize,
+        off: u32,
+    },
 }
 
 /// What the message being sent completes.
@@ -212,7 +220,11 @@ impl Conn {
         let tx = DdpTx::for_connection(n, emss, false);
         let responder = n.role == Role::Responder;
         // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1).
-        let rx_ird = if responder && n.rtr == Some(RtrType::Read) { ird.max(1) } else { ird };
+        let rx_ird = if responder && n.rtr == Some(RtrType::Read) {
+            ird.max(1)
+        } else {
+            ird
+        };
         let rx = Decoder::for_negotiated(n, false, rx_ird);
         let gate_closed = responder && n.p2p && n.send_gate == SendGate::AfterFirstRxFpdu;
         let rtr_pending = match n.send_gate {
@@ -373,7 +385,17 @@ impl Conn {
 
     /// Feeds everything the socket holds to the RX decoder.
     fn receive(g: &mut Inner) {
-        let Inner { qp: Some(qp), sock: Some(sock), rx, rx_msg, reads_out, responses, pd, rtr_read_out, .. } = g
+        let Inner {
+            qp: Some(qp),
+            sock: Some(sock),
+            rx,
+            rx_msg,
+            reads_out,
+            responses,
+            pd,
+            rtr_read_out,
+            ..
+        } = g
         else {
             return;
         };
@@ -389,7 +411,11 @@ impl Conn {
         };
         let mut result = Ok(());
         let _ = sock.read(false, |chunk| {
-            let mut s = ChunkStream { chunk, pos: 0, ctx: &ctx };
+            let mut s = ChunkStream {
+                chunk,
+                pos: 0,
+                ctx: &ctx,
+            };
             let mut m = RxMem(&ctx);
             let mut e = RxEv(&ctx);
             if let Err(t) = rx.process(&mut s, &mut m, &mut e) {
@@ -444,7 +470,12 @@ impl Conn {
                 g.tx.abort();
                 if let Some(qp) = g.qp.as_ref() {
                     if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
-                        let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0);
+                        let _ = Qp::complete_sqe(
+                            qp.qp(),
+                            &w,
+                            wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
+                            0,
+                        );
                     }
                 }
                 g.job = None;
@@ -477,7 +508,9 @@ impl Conn {
 
     /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
     fn push_fpdu(g: &mut Inner) -> Result<bool> {
-        let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else { return Err(ENOTCONN) };
+        let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
+            return Err(ENOTCONN);
+        };
         let mut io = IoList::with_capacity(f.parts.len())?;
         for p in f.parts.iter() {
             match p {
@@ -504,12 +537,18 @@ impl Conn {
 
     /// The last FPDU of the current message is queued: complete what it completes.
     fn finish_job(g: &mut Inner) {
-        let Some((kind, _)) = g.job.take() else { return };
+        let Some((kind, _)) = g.job.take() else {
+            return;
+        };
         let Some(qp) = g.qp.as_ref() else { return };
         match kind {
             JobKind::Sqe(w) => {
                 let len = w.sges().iter().fold(0u32, |a, s| a.wrapping_add(s.length));
-                let len = if w.sges().is_empty() { w.inline_data().map_or(0, |d| d.as_slice().len() as u32) } else { len };
+                let len = if w.sges().is_empty() {
+                    w.inline_data().map_or(0, |d| d.as_slice().len() as u32)
+                } else {
+                    len
+                };
                 let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
             }
             JobKind::Read(w) => {
@@ -536,21 +575,39 @@ impl Conn {
             // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message. Its
             // STags are not looked at by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
             let msg = match t {
-                RtrType::Write => Message::Write { stag: 0, to: 0, len: 0 },
+                RtrType::Write => Message::Write {
+                    stag: 0,
+                    to: 0,
+                    len: 0,
+                },
                 RtrType::Read => {
                     g.rtr_read_out = true;
-                    Message::ReadRequest(ReadRequest { sink_stag: 0, sink_to: 0, size: 0, src_stag: 0, src_to: 0 })
+                    Message::ReadRequest(ReadRequest {
+                        sink_stag: 0,
+                        sink_to: 0,
+                        size: 0,
+                        src_stag: 0,
+                        src_to: 0,
+                    })
                 }
-                RtrType::Send => Message::Send { solicited: false, invalidate: None, len: 0 },
+                RtrType::Send => Message::Send {
+                    solicited: false,
+                    invalidate: None,
+                    len: 0,
+                },
             };
             if g.tx.start(msg).is_err() {
-                g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::LocalCatastrophic)));
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                    RdmapError::LocalCatastrophic,
+                )));
                 return true;
             }
             g.job = Some((JobKind::Rtr, Payload::None));
             return true;
         }
-        let Some(qp) = g.qp.as_ref() else { return false };
+        let Some(qp) = g.qp.as_ref() else {
+            return false;
+        };
         if !g.responses.is_empty() {
             let req = g.responses.remove(0).unwrap_or(ReadRequest {
                 sink_stag: 0,
@@ -562,20 +619,35 @@ impl Conn {
             let payload = if req.size == 0 {
                 Payload::None
             } else {
-                match resolve_range(qp, g.pd, req.src_stag, req.src_to, req.size, access_bits(Access::RemoteRead)) {
+                match resolve_range(
+                    qp,
+                    g.pd,
+                    req.src_stag,
+                    req.src_to,
+                    req.size,
+                    access_bits(Access::RemoteRead),
+                ) {
                     Ok(p) => p,
                     Err(_) => {
                         // Checked when the request arrived; the region went away since.
-                        g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::RemoteProtection(
-                            crate::wire::rdmap::ProtectionError::InvalidStag,
-                        ))));
+                        g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                            RdmapError::RemoteProtection(
+                                crate::wire::rdmap::ProtectionError::InvalidStag,
+                            ),
+                        )));
                         return true;
                     }
                 }
             };
-            let msg = Message::ReadResponse { stag: req.sink_stag, to: req.sink_to, len: req.size };
+            let msg = Message::ReadResponse {
+                stag: req.sink_stag,
+                to: req.sink_to,
+                len: req.size,
+            };
             if g.tx.start(msg).is_err() {
-                g.pending_term = Some(Terminate::new(TermCause::rdmap(RdmapError::LocalCatastrophic)));
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                    RdmapError::LocalCatastrophic,
+                )));
                 return true;
             }
             g.job = Some((JobKind::ReadResponse, payload));
@@ -601,7 +673,9 @@ impl Conn {
             Qp::enter_error(qp.qp(), None);
             return false;
         }
-        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty()) || (is_read && g.reads_out.len() as u32 + u32::from(g.rtr_read_out) >= g.ord) {
+        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty())
+            || (is_read && g.reads_out.len() as u32 + u32::from(g.rtr_read_out) >= g.ord)
+        {
             // Resumed when a Read Response completes an outstanding Read.
             return false;
         }
@@ -616,7 +690,9 @@ impl Conn {
                 true
             }
             Err(status) => {
-                let Some(qp) = g.qp.as_ref() else { return false };
+                let Some(qp) = g.qp.as_ref() else {
+                    return false;
+                };
                 let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
                 Qp::enter_error(qp.qp(), None);
                 false
@@ -633,17 +709,29 @@ impl Conn {
         let r = if u32::from(w.opcode) == b::siw_opcode_SIW_OP_INVAL_STAG {
             dev.invalidate_stag(w.rkey, pd).map_err(|e| {
                 if crate::sys::ratelimit() {
-                    pr_warn!("QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n", qp.qp().qpn(), w.rkey);
+                    pr_warn!(
+                        "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
+                        qp.qp().qpn(),
+                        w.rkey
+                    );
                 }
             })
         } else {
             dev.fast_register(w.rkey, pd, w.access()).map_err(|e| {
                 if crate::sys::ratelimit() {
-                    pr_warn!("QP {}: REG_MR of STag {:#x} failed ({e:?})\n", qp.qp().qpn(), w.rkey);
+                    pr_warn!(
+                        "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
+                        qp.qp().qpn(),
+                        w.rkey
+                    );
                 }
             })
         };
-        let status = if r.is_ok() { b::siw_wc_status_SIW_WC_SUCCESS } else { b::siw_wc_status_SIW_WC_LOC_PROT_ERR };
+        let status = if r.is_ok() {
+            b::siw_wc_status_SIW_WC_SUCCESS
+        } else {
+            b::siw_wc_status_SIW_WC_LOC_PROT_ERR
+        };
         if Qp::complete_sqe(qp.qp(), w, wc(status), 0).is_err() {
             return false;
         }
@@ -665,7 +753,9 @@ impl Conn {
         let op = u32::from(w.opcode);
         if is_read {
             // The Data Sink is a single local STag (RFC 5040 §4.4).
-            let [sge] = w.sges() else { return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR) };
+            let [sge] = w.sges() else {
+                return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+            };
             let need = access_bits(Access::LocalWrite);
             if sge.length > 0 {
                 qp.device()
@@ -679,7 +769,8 @@ impl Conn {
                 src_stag: w.rkey,
                 src_to: w.raddr,
             };
-            tx.start(Message::ReadRequest(req)).map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+            tx.start(Message::ReadRequest(req))
+                .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
             return Ok((JobKind::Read(*w), Payload::None));
         }
         let payload = match w.inline_data() {
@@ -687,7 +778,11 @@ impl Conn {
                 let mut buf = [0u8; MAX_INLINE as usize];
                 let s = d.as_slice();
                 buf[..s.len()].copy_from_slice(s);
-                Payload::Inline { buf, len: s.len(), off: 0 }
+                Payload::Inline {
+                    buf,
+                    len: s.len(),
+                    off: 0,
+                }
             }
             None => {
                 let mut list = KVec::with_capacity(w.sges().len(), GFP_KERNEL)
@@ -700,10 +795,21 @@ impl Conn {
                         .device()
                         .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
                         .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
-                    list.push(Piece { mr, to: s.laddr, len: s.length }, GFP_KERNEL)
-                        .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                    list.push(
+                        Piece {
+                            mr,
+                            to: s.laddr,
+                            len: s.length,
+                        },
+                        GFP_KERNEL,
+                    )
+                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
                 }
-                Payload::Pieces { list, idx: 0, off: 0 }
+                Payload::Pieces {
+                    list,
+                    idx: 0,
+                    off: 0,
+                }
             }
         };
         let len = match &payload {
@@ -712,7 +818,11 @@ impl Conn {
             Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
         };
         let msg = if op == b::siw_opcode_SIW_OP_WRITE {
-            Message::Write { stag: w.rkey, to: w.raddr, len }
+            Message::Write {
+                stag: w.rkey,
+                to: w.raddr,
+                len,
+            }
         } else if op == b::siw_opcode_SIW_OP_SEND || op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV {
             Message::Send {
                 solicited: w.flags & SOLICITED != 0,
@@ -722,13 +832,16 @@ impl Conn {
         } else {
             return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
         };
-        tx.start(msg).map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+        tx.start(msg)
+            .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
         Ok((JobKind::Sqe(*w), payload))
     }
 
     /// Builds the next FPDU of the current message into `g.fpdu`.
     fn build_fpdu(g: &mut Inner) -> Result {
-        let Some((_, payload)) = g.job.as_mut() else { return Err(EINVAL) };
+        let Some((_, payload)) = g.job.as_mut() else {
+            return Err(EINVAL);
+        };
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
         let mut sink = FpduSink {
             own: KVec::with_capacity(128.min(cap), GFP_KERNEL)?,
@@ -741,18 +854,41 @@ impl Conn {
         if let Some(e) = sink.err {
             return Err(e);
         }
-        let FpduSink { own, parts, hold, .. } = sink;
-        g.fpdu = Some(Fpdu { own, parts, len: info.wire_len, sent: 0, last: info.last, _hold: hold });
+        let FpduSink {
+            own, parts, hold, ..
+        } = sink;
+        g.fpdu = Some(Fpdu {
+            own,
+            parts,
+            len: info.wire_len,
+            sent: 0,
+            last: info.last,
+            _hold: hold,
+        });
         Ok(())
     }
 }
 
 /// Resolves `len` octets at `to` of `stag` for a Read Response's payload.
-fn resolve_range(qp: &QpRef<Device>, pd: PdId, stag: u32, to: u64, len: u32, access: u32) -> Result<Payload, TaggedCheck> {
-    let mr = qp.device().lookup_stag(stag, pd, access, to, u64::from(len))?;
+fn resolve_range(
+    qp: &QpRef<Device>,
+    pd: PdId,
+    stag: u32,
+    to: u64,
+    len: u32,
+    access: u32,
+) -> Result<Payload, TaggedCheck> {
+    let mr = qp
+        .device()
+        .lookup_stag(stag, pd, access, to, u64::from(len))?;
     let mut list = KVec::new();
-    list.push(Piece { mr, to, len }, GFP_KERNEL).map_err(|_| TaggedCheck::InvalidStag)?;
-    Ok(Payload::Pieces { list, idx: 0, off: 0 })
+    list.push(Piece { mr, to, len }, GFP_KERNEL)
+        .map_err(|_| TaggedCheck::InvalidStag)?;
+    Ok(Payload::Pieces {
+        list,
+        idx: 0,
+        off: 0,
+    })
 }
 
 /// Collects one FPDU as the TX builder writes it.
@@ -772,14 +908,24 @@ impl FpduSink<'_> {
             *len += data.len();
             return Ok(());
         }
-        self.parts.push(Part::Own { off, len: data.len() }, GFP_KERNEL)?;
+        self.parts.push(
+            Part::Own {
+                off,
+                len: data.len(),
+            },
+            GFP_KERNEL,
+        )?;
         Ok(())
     }
 
     fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
         match self.payload {
             Payload::None => Err(EINVAL),
-            Payload::Inline { buf, len: total, off } => {
+            Payload::Inline {
+                buf,
+                len: total,
+                off,
+            } => {
                 let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
                 let data = buf[*off..end].to_owned_array();
                 *off = end;
@@ -893,7 +1039,11 @@ impl RxCtx<'_> {
             }
             at = 0;
         }
-        if len == 0 { Ok(()) } else { Err(PlaceError) }
+        if len == 0 {
+            Ok(())
+        } else {
+            Err(PlaceError)
+        }
     }
 }
 
@@ -920,7 +1070,12 @@ impl RxStream for ChunkStream<'_, '_, '_> {
         self.pos += dst.len();
     }
 
-    fn place(&mut self, target: &PlaceTarget, len: usize, crc: Option<&mut u32>) -> Result<(), PlaceError> {
+    fn place(
+        &mut self,
+        target: &PlaceTarget,
+        len: usize,
+        crc: Option<&mut u32>,
+    ) -> Result<(), PlaceError> {
         let pos = self.pos;
         self.pos += len;
         match *target {
@@ -931,13 +1086,19 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     .device()
                     .lookup_stag(stag, self.ctx.pd, 0, to, len as u64)
                     .map_err(|_| PlaceError)?;
-                let piece = [Piece { mr, to, len: u32::try_from(len).map_err(|_| PlaceError)? }];
+                let piece = [Piece {
+                    mr,
+                    to,
+                    len: u32::try_from(len).map_err(|_| PlaceError)?,
+                }];
                 RxCtx::place_pieces(self.chunk, pos, &piece, 0, len, crc)
             }
             PlaceTarget::Untagged { msn, mo, .. } => {
                 let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError)?;
                 match msg.as_ref() {
-                    Some(m) if m.msn == msn => RxCtx::place_pieces(self.chunk, pos, &m.pieces, u64::from(mo), len, crc),
+                    Some(m) if m.msn == msn => {
+                        RxCtx::place_pieces(self.chunk, pos, &m.pieces, u64::from(mo), len, crc)
+                    }
                     _ => Err(PlaceError),
                 }
             }
@@ -965,7 +1126,13 @@ impl RxStream for ChunkStream<'_, '_, '_> {
 struct RxMem<'a, 'x>(&'a RxCtx<'x>);
 
 impl MemoryLookup for RxMem<'_, '_> {
-    fn check_tagged(&mut self, stag: u32, to: u64, len: u32, access: Access) -> Result<(), TaggedCheck> {
+    fn check_tagged(
+        &mut self,
+        stag: u32,
+        to: u64,
+        len: u32,
+        access: Access,
+    ) -> Result<(), TaggedCheck> {
         self.0
             .qp
             .device()
@@ -973,18 +1140,35 @@ impl MemoryLookup for RxMem<'_, '_> {
             .map(|_| ())
     }
 
-    fn check_untagged(&mut self, qn: u32, msn: u32, mo: u32, len: u32) -> Result<(), UntaggedCheck> {
+    fn check_untagged(
+        &mut self,
+        qn: u32,
+        msn: u32,
+        mo: u32,
+        len: u32,
+    ) -> Result<(), UntaggedCheck> {
         if qn != 0 {
             return Err(UntaggedCheck::NoBuffer);
         }
         // Never borrowed twice (the decoder calls one hook at a time); `try_borrow_mut`
         // keeps the panic path out of the RX path all the same.
-        let mut cur = self.0.msg.try_borrow_mut().map_err(|_| UntaggedCheck::NoBuffer)?;
+        let mut cur = self
+            .0
+            .msg
+            .try_borrow_mut()
+            .map_err(|_| UntaggedCheck::NoBuffer)?;
         if cur.as_ref().is_none_or(|m| m.msn != msn) {
             if let Some(old) = cur.take() {
                 // A message that never completed: the decoder moved on (not reached with
                 // a well-formed stream, which completes each message before the next).
-                Qp::complete_recv(self.0.qp.qp(), old.id, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0, None, false);
+                Qp::complete_recv(
+                    self.0.qp.qp(),
+                    old.id,
+                    wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
+                    0,
+                    None,
+                    false,
+                );
             }
             *cur = Some(self.0.take_rqe(msn)?);
         }
@@ -1011,7 +1195,14 @@ impl RxCtx<'_> {
         let w = match Qp::take_rqe(qp) {
             None => return Err(UntaggedCheck::NoBuffer),
             Some(Err(bad)) => {
-                Qp::complete_recv(qp, bad.id, wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR), 0, None, false);
+                Qp::complete_recv(
+                    qp,
+                    bad.id,
+                    wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR),
+                    0,
+                    None,
+                    false,
+                );
                 return Err(UntaggedCheck::NoBuffer);
             }
             Some(Ok(w)) => w,
@@ -1023,20 +1214,55 @@ impl RxCtx<'_> {
             if s.length == 0 {
                 continue;
             }
-            let mr = match self.qp.device().lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length)) {
+            let mr = match self.qp.device().lookup_stag(
+                s.lkey,
+                self.pd,
+                need,
+                s.laddr,
+                u64::from(s.length),
+            ) {
                 Ok(mr) => mr,
                 Err(_) => {
-                    Qp::complete_recv(qp, w.id, wc(b::siw_wc_status_SIW_WC_LOC_PROT_ERR), 0, None, false);
+                    Qp::complete_recv(
+                        qp,
+                        w.id,
+                        wc(b::siw_wc_status_SIW_WC_LOC_PROT_ERR),
+                        0,
+                        None,
+                        false,
+                    );
                     return Err(UntaggedCheck::NoBuffer);
                 }
             };
-            if pieces.push(Piece { mr, to: s.laddr, len: s.length }, GFP_ATOMIC).is_err() {
-                Qp::complete_recv(qp, w.id, wc(b::siw_wc_status_SIW_WC_GENERAL_ERR), 0, None, false);
+            if pieces
+                .push(
+                    Piece {
+                        mr,
+                        to: s.laddr,
+                        len: s.length,
+                    },
+                    GFP_ATOMIC,
+                )
+                .is_err()
+            {
+                Qp::complete_recv(
+                    qp,
+                    w.id,
+                    wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
+                    0,
+                    None,
+                    false,
+                );
                 return Err(UntaggedCheck::NoBuffer);
             }
             total += u64::from(s.length);
         }
-        Ok(RxMsg { id: w.id, msn, pieces, total })
+        Ok(RxMsg {
+            id: w.id,
+            msn,
+            pieces,
+            total,
+        })
     }
 }
 
@@ -1053,7 +1279,14 @@ impl RxEvents for RxEv<'_, '_> {
             // Accepted by `check_invalidate`; a concurrent local invalidation wins.
             let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
         }
-        Qp::complete_recv(qp, m.id, wc(b::siw_wc_status_SIW_WC_SUCCESS), msg.len, msg.inval_stag, msg.solicited);
+        Qp::complete_recv(
+            qp,
+            m.id,
+            wc(b::siw_wc_status_SIW_WC_SUCCESS),
+            msg.len,
+            msg.inval_stag,
+            msg.solicited,
+        );
         Ok(())
     }
 
@@ -1073,9 +1306,13 @@ impl RxEvents for RxEv<'_, '_> {
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         if reads.is_empty() {
             // A Read Response nobody asked for (RFC 5040 §7.2: unexpected opcode).
-            return Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)));
+            return Err(TermCause::rdmap(RdmapError::RemoteOperation(
+                OperationError::UnexpectedOpcode,
+            )));
         }
-        let w = reads.remove(0).map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
+        let w = reads
+            .remove(0)
+            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         let qp = self.0.qp.qp();
         if u32::from(w.opcode) == b::siw_opcode_SIW_OP_READ_LOCAL_INV {
             if let [sge] = w.sges() {
@@ -1099,11 +1336,15 @@ impl RxEvents for RxEv<'_, '_> {
 
     fn atomic_request(&mut self, _req: &AtomicRequest) -> Result<(), TermCause> {
         // Not reached: the decoder runs without RFC 7306 opcodes.
-        Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)))
+        Err(TermCause::rdmap(RdmapError::RemoteOperation(
+            OperationError::UnexpectedOpcode,
+        )))
     }
 
     fn atomic_response(&mut self, _resp: &AtomicResponse) -> Result<(), TermCause> {
-        Err(TermCause::rdmap(RdmapError::RemoteOperation(OperationError::UnexpectedOpcode)))
+        Err(TermCause::rdmap(RdmapError::RemoteOperation(
+            OperationError::UnexpectedOpcode,
+        )))
     }
 
     fn terminate_received(&mut self, _term: Option<&Terminate>) {

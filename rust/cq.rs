@@ -17,9 +17,9 @@
 use crate::device::{take_slot, Device};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
-use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbCq;
 use crate::sys::ring::{cqe_inval_stag, cqe_qp, Ring};
+use crate::sys::udata::UserResponse;
 use crate::sys::Pod;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -78,11 +78,17 @@ pub(crate) struct Notify {
 
 impl Notify {
     /// Nothing to deliver.
-    pub(crate) const NONE: Self = Self { comp: false, overflow: false };
+    pub(crate) const NONE: Self = Self {
+        comp: false,
+        overflow: false,
+    };
 
     /// Merges two pending notifications of the same CQ.
     pub(crate) fn or(self, other: Self) -> Self {
-        Self { comp: self.comp || other.comp, overflow: self.overflow || other.overflow }
+        Self {
+            comp: self.comp || other.comp,
+            overflow: self.overflow || other.overflow,
+        }
     }
 
     /// Reports an overflow of `cq` (`IB_EVENT_CQ_ERR`, with a rate-limited message) and
@@ -107,14 +113,19 @@ pub(crate) struct Overflow;
 
 impl From<Overflow> for Notify {
     fn from(_: Overflow) -> Self {
-        Self { comp: false, overflow: true }
+        Self {
+            comp: false,
+            overflow: true,
+        }
     }
 }
 
 fn wc_opcode(op: u8) -> b::ib_wc_opcode {
     match u32::from(op) {
         b::siw_opcode_SIW_OP_WRITE => b::ib_wc_opcode_IB_WC_RDMA_WRITE,
-        b::siw_opcode_SIW_OP_READ | b::siw_opcode_SIW_OP_READ_LOCAL_INV => b::ib_wc_opcode_IB_WC_RDMA_READ,
+        b::siw_opcode_SIW_OP_READ | b::siw_opcode_SIW_OP_READ_LOCAL_INV => {
+            b::ib_wc_opcode_IB_WC_RDMA_READ
+        }
         b::siw_opcode_SIW_OP_COMP_AND_SWAP => b::ib_wc_opcode_IB_WC_COMP_SWAP,
         b::siw_opcode_SIW_OP_FETCH_AND_ADD => b::ib_wc_opcode_IB_WC_FETCH_ADD,
         b::siw_opcode_SIW_OP_INVAL_STAG => b::ib_wc_opcode_IB_WC_LOCAL_INV,
@@ -163,7 +174,10 @@ impl Cq {
         }
         if attr.cqe == 0 || attr.cqe > MAX_CQE {
             if crate::sys::ratelimit() {
-                pr_err!("create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n", attr.cqe);
+                pr_err!(
+                    "create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n",
+                    attr.cqe
+                );
             }
             return Err(EINVAL);
         }
@@ -181,7 +195,11 @@ impl Cq {
             Some(u) => {
                 let (ring, key) = Ring::new_user(u, n, true)?;
                 // The CQ id only labels the CQ in user-space diagnostics.
-                let resp = b::siw_uresp_create_cq { cq_id: crate::sys::random_u32(), num_cqe: n, cq_key: key };
+                let resp = b::siw_uresp_create_cq {
+                    cq_id: crate::sys::random_u32(),
+                    num_cqe: n,
+                    cq_key: key,
+                };
                 u.write(&resp)?;
                 ring
             }
@@ -247,7 +265,10 @@ impl Cq {
             // One-shot: the consumer re-arms for the next notification.
             this.ring.ctrl_store(b::siw_notify_flags_SIW_NOTIFY_NOT);
         }
-        Ok(Notify { comp: fire, overflow: false })
+        Ok(Notify {
+            comp: fire,
+            overflow: false,
+        })
     }
 
     /// `poll_cq` for kernel consumers: moves up to `wcs.len()` completions, oldest first,
@@ -294,7 +315,8 @@ impl Cq {
         {
             b::siw_notify_flags_SIW_NOTIFY_SOLICITED
         } else {
-            b::siw_notify_flags_SIW_NOTIFY_SOLICITED | b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION
+            b::siw_notify_flags_SIW_NOTIFY_SOLICITED
+                | b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION
         };
         // The producer reads the arm under the position lock: taking it orders this arm
         // against a concurrent push (no lost wake-up between arming and checking).

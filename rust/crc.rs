@@ -9,7 +9,10 @@ use crate::wire::crc::Crc32c;
 /// The kernel's CRC32c: `crc32c(crc, data, len)` from `<linux/crc32.h>`.
 #[cfg_attr(
     not(CONFIG_KUNIT = "y"),
-    expect(dead_code, reason = "the MPA data path (not yet wired) is its user; KUnit tests it")
+    expect(
+        dead_code,
+        reason = "the MPA data path (not yet wired) is its user; KUnit tests it"
+    )
 )]
 pub(crate) struct KernelCrc32c;
 
@@ -50,7 +53,10 @@ mod tests {
         fpdu[4..8].copy_from_slice(&[0x00, 0x2a, 0x41, 0x43]);
         fpdu[19] = 0x01;
         fpdu[48..52].copy_from_slice(&[0x52, 0x23, 0x99, 0x83]);
-        assert_eq!(crc(&fpdu[..48]), u32::from_le_bytes([0x52, 0x23, 0x99, 0x83]));
+        assert_eq!(
+            crc(&fpdu[..48]),
+            u32::from_le_bytes([0x52, 0x23, 0x99, 0x83])
+        );
         // Residue over the whole FPDU including its CRC field.
         assert_eq!(crc(&fpdu), CRC32C_RESIDUE);
     }

@@ -11,18 +11,18 @@ use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
 use crate::srq::{Srq, MAX_SRQ_WR};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{DeviceOps, IbDevice, NewDevice};
-use crate::sys::udata::UserResponse;
 use crate::sys::idtable::ArcTable;
-use crate::sys::link::LinkHandler;
 use crate::sys::iwcm::{CmId, ConnParam};
+use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
-use kernel::sync::Arc;
 use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
+use crate::sys::udata::UserResponse;
 use crate::sys::verbs::QpInit;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::str::BStr;
+use kernel::sync::Arc;
 
 /// Vendor ID reported by `query_device`: ASCII "rsw".
 const VENDOR_ID: u32 = 0x0072_7377;
@@ -90,7 +90,16 @@ fn u64_to_mac(v: u64) -> [u8; 6] {
 
 /// Returns the modified EUI-64 for an EUI-48 MAC (RFC 4291 Appendix A), in network order.
 fn eui64(mac: [u8; 6]) -> [u8; 8] {
-    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+    [
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]
 }
 
 /// Returns the IB MTU enum value for an MTU in octets (`ib_mtu_int_to_enum()`).
@@ -107,7 +116,9 @@ pub(crate) fn ib_mtu(mtu: u32) -> b::ib_mtu {
 /// Takes one unit of `counter` if it is below `limit`.
 pub(crate) fn take_slot(counter: &AtomicU32, limit: u32) -> bool {
     counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
         .is_ok()
 }
 
@@ -202,7 +213,9 @@ impl DeviceOps for Device {
         let limit = crate::module_parameters::max_ucontext.value();
         if !take_slot(&dev.ucontexts, limit) {
             if crate::sys::ratelimit() {
-                pr_err!("user context limit reached ({limit}); see module parameter max_ucontext\n");
+                pr_err!(
+                    "user context limit reached ({limit}); see module parameter max_ucontext\n"
+                );
             }
             return Err(ENOMEM);
         }
@@ -313,11 +326,18 @@ impl DeviceOps for Device {
         Srq::query(srq, attr);
     }
 
-    fn post_srq_recv<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+    fn post_srq_recv<'a>(
+        srq: &IbSrq<Srq>,
+        wrs: WrList<'a, RecvWr>,
+    ) -> Result<(), PostError<'a, RecvWr>> {
         Srq::post(srq, wrs)
     }
 
-    fn get_dma_mr(dev: &IbDevice<Self>, pd: PdId, access: i32) -> Result<(u32, impl PinInit<Mr, Error>)> {
+    fn get_dma_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        access: i32,
+    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
         Mr::dma(dev, pd, access).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
     }
 
@@ -330,7 +350,8 @@ impl DeviceOps for Device {
         access: i32,
         udata: &mut UserResponse<'_>,
     ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::user(dev, pd, start, len, iova, access, udata).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+        Mr::user(dev, pd, start, len, iova, access, udata)
+            .map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
     }
 
     fn alloc_mr(
@@ -361,7 +382,11 @@ impl DeviceOps for Device {
     type Listener = crate::cm::Listener;
     type Cep = crate::cm::Cep;
 
-    fn iw_create_listen(dev: &IbDevice<Self>, id: CmId<Self>, backlog: i32) -> Result<Arc<Self::Listener>> {
+    fn iw_create_listen(
+        dev: &IbDevice<Self>,
+        id: CmId<Self>,
+        backlog: i32,
+    ) -> Result<Arc<Self::Listener>> {
         crate::cm::Listener::create(dev, id, backlog)
     }
 
@@ -373,7 +398,12 @@ impl DeviceOps for Device {
         crate::cm::Cep::connect(dev, id, param)
     }
 
-    fn iw_accept(_dev: &IbDevice<Self>, cep: Arc<Self::Cep>, id: CmId<Self>, param: ConnParam) -> Result {
+    fn iw_accept(
+        _dev: &IbDevice<Self>,
+        cep: Arc<Self::Cep>,
+        id: CmId<Self>,
+        param: ConnParam,
+    ) -> Result {
         crate::cm::Cep::accept(cep, id, param)
     }
 
@@ -423,10 +453,16 @@ impl LinkHandler for Link {
         dev.set_netdev(ndev)?;
         dev.register(name).inspect_err(|e| {
             if crate::sys::ratelimit() {
-                pr_err!("{name}: registration on {ifname} failed ({})\n", e.to_errno());
+                pr_err!(
+                    "{name}: registration on {ifname} failed ({})\n",
+                    e.to_errno()
+                );
             }
         })?;
-        pr_info!("{name}: created on netdev {ifname} (ifindex {})\n", ndev.ifindex());
+        pr_info!(
+            "{name}: created on netdev {ifname} (ifindex {})\n",
+            ndev.ifindex()
+        );
         Ok(())
     }
 }

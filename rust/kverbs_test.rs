@@ -20,8 +20,8 @@ mod suite {
     use crate::srq::Srq;
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
-        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp, KSrq,
-        PostFail, RecvReq, SendReq, Sge,
+        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp,
+        KSrq, PostFail, RecvReq, SendReq, Sge,
     };
     use crate::sys::link::LinkHandler;
     use crate::sys::Pod;
@@ -39,7 +39,10 @@ mod suite {
     macro_rules! check {
         ($cond:expr) => {
             if !$cond {
-                return Err(Fail { line: line!(), what: stringify!($cond) });
+                return Err(Fail {
+                    line: line!(),
+                    what: stringify!($cond),
+                });
             }
         };
     }
@@ -49,7 +52,12 @@ mod suite {
         ($e:expr) => {
             match $e.ok() {
                 Some(v) => v,
-                None => return Err(Fail { line: line!(), what: stringify!($e) }),
+                None => {
+                    return Err(Fail {
+                        line: line!(),
+                        what: stringify!($e),
+                    })
+                }
             }
         };
     }
@@ -59,7 +67,12 @@ mod suite {
         ($e:expr) => {
             match $e {
                 Some(Ok(w)) => w,
-                _ => return Err(Fail { line: line!(), what: stringify!($e) }),
+                _ => {
+                    return Err(Fail {
+                        line: line!(),
+                        what: stringify!($e),
+                    })
+                }
             }
         };
     }
@@ -106,7 +119,13 @@ mod suite {
     }
 
     fn send(id: u64, opcode: b::ib_wr_opcode, flags: u32, sges: &[Sge]) -> SendReq<'_> {
-        SendReq { id, opcode, flags, sges, rdma: (0, 0) }
+        SendReq {
+            id,
+            opcode,
+            flags,
+            sges,
+            rdma: (0, 0),
+        }
     }
 
     fn recv(id: u64, sges: &[Sge]) -> RecvReq<'_> {
@@ -116,7 +135,8 @@ mod suite {
     /// Polls one completion and returns `(wr_id, status, opcode, byte_len)`.
     fn poll_one(cq: &KCq<'_, Device>) -> Option<(u64, b::ib_wc_status, b::ib_wc_opcode, u32)> {
         let mut wc = [b::ib_wc::zeroed(); 1];
-        (cq.poll(&mut wc) == 1).then(|| (wc_wr_id(&wc[0]), wc[0].status, wc[0].opcode, wc[0].byte_len))
+        (cq.poll(&mut wc) == 1)
+            .then(|| (wc_wr_id(&wc[0]), wc[0].status, wc[0].opcode, wc[0].byte_len))
     }
 
     /// Kernel QP verbs, the CM's RTS and ERROR setters, and the TX/RX WQE interface.
@@ -124,25 +144,64 @@ mod suite {
         let pd = req!(KPd::new(dev));
         let cq = req!(KCq::new(dev, 32, &CQ_EV));
         check!(cq.depth() == 32);
-        let caps = Caps { send_wr: 4, recv_wr: 3, send_sge: 2, recv_sge: 2, inline: 64 };
-        let qp = req!(KQp::new(&pd, &cq, &cq, None, b::ib_qp_type_IB_QPT_RC, caps, &QP_EV));
+        let caps = Caps {
+            send_wr: 4,
+            recv_wr: 3,
+            send_sge: 2,
+            recv_sge: 2,
+            inline: 64,
+        };
+        let qp = req!(KQp::new(
+            &pd,
+            &cq,
+            &cq,
+            None,
+            b::ib_qp_type_IB_QPT_RC,
+            caps,
+            &QP_EV
+        ));
         check!(qp.qpn() != 0);
         check!(req!(qp.query()) == (RESET, 4, 4));
         let buf = req!(KVec::from_elem(0u8, 4096, GFP_KERNEL));
         let base = buf.as_ptr() as u64;
         let lkey = pd.local_dma_lkey();
-        let one = [Sge { addr: base, len: 64, lkey }];
-        let two = [one[0], Sge { addr: base + 64, len: 64, lkey }];
+        let one = [Sge {
+            addr: base,
+            len: 64,
+            lkey,
+        }];
+        let two = [
+            one[0],
+            Sge {
+                addr: base + 64,
+                len: 64,
+                lkey,
+            },
+        ];
         let data = b"inline payload";
-        let inline = [Sge { addr: data.as_ptr() as u64, len: data.len() as u32, lkey: 0 }];
+        let inline = [Sge {
+            addr: data.as_ptr() as u64,
+            len: data.len() as u32,
+            lkey: 0,
+        }];
 
         // Nothing may be posted in RESET.
         check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
         req!(qp.set_state(INIT));
         // The RQ has 4 slots (3 rounded up).
-        req!(qp.post_recv(&[recv(10, &two), recv(11, &one), recv(12, &one), recv(15, &one)]));
+        req!(qp.post_recv(&[
+            recv(10, &two),
+            recv(11, &one),
+            recv(12, &one),
+            recv(15, &one)
+        ]));
         check!(errno_at(qp.post_recv(&[recv(16, &one)])) == Some((ENOMEM.to_errno(), 0)));
-        let mut write = send(22, b::ib_wr_opcode_IB_WR_RDMA_WRITE, SIGNALED | b::ib_send_flags_IB_SEND_INLINE as u32, &inline);
+        let mut write = send(
+            22,
+            b::ib_wr_opcode_IB_WR_RDMA_WRITE,
+            SIGNALED | b::ib_send_flags_IB_SEND_INLINE as u32,
+            &inline,
+        );
         write.rdma = (0x1000, 0x4242);
         req!(qp.post_send(&[
             send(20, b::ib_wr_opcode_IB_WR_SEND, SIGNALED, &one),
@@ -151,14 +210,20 @@ mod suite {
         ]));
         // Too many SGEs; a LOCAL_INV fills the SQ; atomics do not exist on iWARP; full.
         let three = [one[0], one[0], one[0]];
-        check!(errno_at(qp.post_send(&[send(30, b::ib_wr_opcode_IB_WR_SEND, 0, &three)])) == Some((EINVAL.to_errno(), 0)));
+        check!(
+            errno_at(qp.post_send(&[send(30, b::ib_wr_opcode_IB_WR_SEND, 0, &three)]))
+                == Some((EINVAL.to_errno(), 0))
+        );
         let mut inv = send(23, b::ib_wr_opcode_IB_WR_LOCAL_INV, 0, &[]);
         inv.rdma = (0, 0x1234_5678);
         let r = qp.post_send(&[inv, send(31, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]);
         check!(errno_at(r) == Some((ENOMEM.to_errno(), 1)));
         let atomic = send(32, b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP, 0, &one);
         check!(errno_at(qp.post_send(&[atomic])) == Some((EINVAL.to_errno(), 0)));
-        check!(errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, &one)])) == Some((ENOMEM.to_errno(), 0)));
+        check!(
+            errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]))
+                == Some((ENOMEM.to_errno(), 0))
+        );
         check!(poll_one(&cq).is_none());
 
         // Posted, not processed until the connection manager enters RTS.
@@ -180,7 +245,15 @@ mod suite {
         check!(wqe!(Qp::next_sqe(q)).id == 20);
         req!(Qp::complete_sqe(q, &w, SUCCESS, 64).map_err(|_| ()));
         check!(Qp::complete_sqe(q, &w, SUCCESS, 64) == Err(Stale));
-        check!(poll_one(&cq) == Some((20, b::ib_wc_status_IB_WC_SUCCESS, b::ib_wc_opcode_IB_WC_SEND, 64)));
+        check!(
+            poll_one(&cq)
+                == Some((
+                    20,
+                    b::ib_wc_status_IB_WC_SUCCESS,
+                    b::ib_wc_opcode_IB_WC_SEND,
+                    64
+                ))
+        );
         // Unsignalled: no CQE.
         let w = wqe!(Qp::next_sqe(q));
         check!(w.id == 21 && !w.signalled() && w.sges().len() == 2);
@@ -188,17 +261,39 @@ mod suite {
         check!(poll_one(&cq).is_none());
         // Inline RDMA WRITE, released first and completed in error later.
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 22 && w.opcode == b::siw_opcode_SIW_OP_WRITE as u8 && w.raddr == 0x1000 && w.rkey == 0x4242);
+        check!(
+            w.id == 22
+                && w.opcode == b::siw_opcode_SIW_OP_WRITE as u8
+                && w.raddr == 0x1000
+                && w.rkey == 0x4242
+        );
         check!(w.sges().is_empty() && w.inline_data().map(|d| d.as_slice() == data) == Some(true));
         req!(Qp::release_sqe(q, w.slot).map_err(|_| ()));
         check!(Qp::release_sqe(q, w.slot) == Err(Stale));
         Qp::complete_send(q, &w, b::siw_wc_status_SIW_WC_LOC_PROT_ERR as u16, 0);
-        check!(poll_one(&cq) == Some((22, b::ib_wc_status_IB_WC_LOC_PROT_ERR, b::ib_wc_opcode_IB_WC_RDMA_WRITE, 0)));
+        check!(
+            poll_one(&cq)
+                == Some((
+                    22,
+                    b::ib_wc_status_IB_WC_LOC_PROT_ERR,
+                    b::ib_wc_opcode_IB_WC_RDMA_WRITE,
+                    0
+                ))
+        );
 
         // A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 23 && w.opcode == b::siw_opcode_SIW_OP_INVAL_STAG as u8 && w.rkey == 0x1234_5678);
-        let bad = BadSqe { slot: w.slot, id: w.id, opcode: w.opcode, reason: BadWqe::Opcode(w.opcode) };
+        check!(
+            w.id == 23
+                && w.opcode == b::siw_opcode_SIW_OP_INVAL_STAG as u8
+                && w.rkey == 0x1234_5678
+        );
+        let bad = BadSqe {
+            slot: w.slot,
+            id: w.id,
+            opcode: w.opcode,
+            reason: BadWqe::Opcode(w.opcode),
+        };
         req!(Qp::fail_sqe(q, &bad).map_err(|_| ()));
         check!(Qp::fail_sqe(q, &bad) == Err(Stale));
         let op_err = b::ib_wc_status_IB_WC_LOC_QP_OP_ERR;
@@ -211,8 +306,15 @@ mod suite {
         Qp::complete_recv(q, r.id, SUCCESS, 77, Some(0xabcd_0011), false);
         let mut wc = [b::ib_wc::zeroed(); 4];
         check!(cq.poll(&mut wc) == 1);
-        check!(wc_wr_id(&wc[0]) == 10 && wc[0].opcode == b::ib_wc_opcode_IB_WC_RECV && wc[0].byte_len == 77);
-        check!(wc[0].qp == qp.as_ptr() && wc[0].wc_flags & b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0);
+        check!(
+            wc_wr_id(&wc[0]) == 10
+                && wc[0].opcode == b::ib_wc_opcode_IB_WC_RECV
+                && wc[0].byte_len == 77
+        );
+        check!(
+            wc[0].qp == qp.as_ptr()
+                && wc[0].wc_flags & b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0
+        );
         check!(wc_invalidate_rkey(&wc[0]) == 0xabcd_0011);
 
         // Completion notification: one-shot arms, solicited-only arms, missed events.
@@ -221,7 +323,8 @@ mod suite {
         let r = wqe!(Qp::take_rqe(q));
         Qp::complete_recv(q, r.id, SUCCESS, 1, None, false);
         check!(CQ_EV.count() == calls + 1 && CQ_EV.last() == Events::COMPLETION);
-        let flags = b::ib_cq_notify_flags_IB_CQ_SOLICITED | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+        let flags = b::ib_cq_notify_flags_IB_CQ_SOLICITED
+            | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
         check!(cq.req_notify(flags) == 1);
         let r = wqe!(Qp::take_rqe(q));
         Qp::complete_recv(q, r.id, SUCCESS, 0, None, false);
@@ -230,8 +333,18 @@ mod suite {
         check!(r.id == 15);
         Qp::complete_recv(q, r.id, SUCCESS, 5, None, true);
         check!(CQ_EV.count() == calls + 2);
-        check!(cq.poll(&mut wc) == 3 && wc_wr_id(&wc[0]) == 11 && wc_wr_id(&wc[1]) == 12 && wc_wr_id(&wc[2]) == 15);
-        check!(cq.req_notify(b::ib_cq_notify_flags_IB_CQ_NEXT_COMP | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS) == 0);
+        check!(
+            cq.poll(&mut wc) == 3
+                && wc_wr_id(&wc[0]) == 11
+                && wc_wr_id(&wc[1]) == 12
+                && wc_wr_id(&wc[2]) == 15
+        );
+        check!(
+            cq.req_notify(
+                b::ib_cq_notify_flags_IB_CQ_NEXT_COMP
+                    | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS
+            ) == 0
+        );
 
         // A fatal error (CM, data path): event, flush of the rest (the armed CQ fires).
         req!(qp.post_recv(&[recv(16, &one)]));
@@ -268,13 +381,37 @@ mod suite {
         req!(srq.set_limit(3));
         check!(req!(srq.query()) == (8, 1, 3));
         let buf = req!(KVec::from_elem(0u8, 256, GFP_KERNEL));
-        let one = [Sge { addr: buf.as_ptr() as u64, len: 256, lkey: pd.local_dma_lkey() }];
+        let one = [Sge {
+            addr: buf.as_ptr() as u64,
+            len: 256,
+            lkey: pd.local_dma_lkey(),
+        }];
         let two = [one[0], one[0]];
         check!(errno_at(srq.post_recv(&[recv(99, &two)])) == Some((EINVAL.to_errno(), 0)));
-        req!(srq.post_recv(&[recv(100, &one), recv(101, &one), recv(102, &one), recv(103, &one), recv(104, &one)]));
+        req!(srq.post_recv(&[
+            recv(100, &one),
+            recv(101, &one),
+            recv(102, &one),
+            recv(103, &one),
+            recv(104, &one)
+        ]));
 
-        let caps = Caps { send_wr: 2, recv_wr: 0, send_sge: 1, recv_sge: 1, inline: 0 };
-        let qp = req!(KQp::new(&pd, &cq, &cq, Some(&srq), b::ib_qp_type_IB_QPT_RC, caps, &SRQ_QP_EV));
+        let caps = Caps {
+            send_wr: 2,
+            recv_wr: 0,
+            send_sge: 1,
+            recv_sge: 1,
+            inline: 0,
+        };
+        let qp = req!(KQp::new(
+            &pd,
+            &cq,
+            &cq,
+            Some(&srq),
+            b::ib_qp_type_IB_QPT_RC,
+            caps,
+            &SRQ_QP_EV
+        ));
         check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
         req!(qp.set_state(INIT));
         let q = qp.driver();
@@ -289,7 +426,10 @@ mod suite {
         // Two left, below the limit of three: the event, once.
         check!(SRQ_EV.count() == events);
         check!(wqe!(Qp::take_rqe(q)).id == 102);
-        check!(SRQ_EV.count() == events + 1 && SRQ_EV.last() == b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED);
+        check!(
+            SRQ_EV.count() == events + 1
+                && SRQ_EV.last() == b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED
+        );
         check!(wqe!(Qp::take_rqe(q)).id == 103);
         check!(SRQ_EV.count() == events + 1);
         // Re-armed: the next consumption below the limit reports again.
@@ -304,9 +444,17 @@ mod suite {
         req!(srq.post_recv(&[recv(105, &one)]));
         let qp_events = SRQ_QP_EV.count();
         req!(qp.set_state(ERR));
-        check!(SRQ_QP_EV.count() == qp_events + 1 && SRQ_QP_EV.last() == b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
+        check!(
+            SRQ_QP_EV.count() == qp_events + 1
+                && SRQ_QP_EV.last() == b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED
+        );
         check!(cq.poll(&mut wc) == 0);
-        check!(Srq::take_rqe(srq.driver()).and_then(|r| r.ok()).map(|r| r.id) == Some(105));
+        check!(
+            Srq::take_rqe(srq.driver())
+                .and_then(|r| r.ok())
+                .map(|r| r.id)
+                == Some(105)
+        );
         Ok(())
     }
 
@@ -322,10 +470,19 @@ mod suite {
         // The PD's DMA MR: all kernel memory, local write, not invalidatable.
         let dma = pd.local_dma_lkey();
         let m = req!(d.lookup_stag(dma, pd.id(), LOCAL_WRITE, base, 100));
-        check!(m.resolve(base) == Some(Segment { kva: base, len: u64::MAX - base }));
+        check!(
+            m.resolve(base)
+                == Some(Segment {
+                    kva: base,
+                    len: u64::MAX - base
+                })
+        );
         check!(d.lookup_stag(dma, pd2.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated));
         let remote_write = access_bits(Access::RemoteWrite);
-        check!(d.lookup_stag(dma, pd.id(), remote_write, base, 1).err() == Some(TaggedCheck::AccessRights));
+        check!(
+            d.lookup_stag(dma, pd.id(), remote_write, base, 1).err()
+                == Some(TaggedCheck::AccessRights)
+        );
         check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
         check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
@@ -350,13 +507,21 @@ mod suite {
         check!(m.stag() == key && m.pd() == pd.id() && m.bounds() == (iova, 8192) && m.is_valid());
         check!(m.access() == LOCAL_WRITE | remote_write);
         let remote_read = access_bits(Access::RemoteRead);
-        check!(d.lookup_stag(key, pd.id(), remote_read, iova, 1).err() == Some(TaggedCheck::AccessRights));
-        check!(d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(
+            d.lookup_stag(key, pd.id(), remote_read, iova, 1).err()
+                == Some(TaggedCheck::AccessRights)
+        );
+        check!(
+            d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds)
+        );
         check!(d.lookup_stag(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
         // Resolution follows the page list: contiguous up to each page end.
         let seg = |off: u64| {
             let kva = base + 100 + off;
-            Segment { kva, len: (4096 - kva % 4096).min(8192 - off) }
+            Segment {
+                kva,
+                len: (4096 - kva % 4096).min(8192 - off),
+            }
         };
         for off in [0, 1, 3995, 3996, 5000, 8191] {
             check!(m.resolve(iova + off) == Some(seg(off)));
@@ -384,15 +549,37 @@ mod suite {
     fn drain_flow(dev: &KDevice<Device>) -> Checked {
         let pd = req!(KPd::new(dev));
         let cq = req!(KCq::new_direct(dev, 16));
-        let caps = Caps { send_wr: 4, recv_wr: 4, send_sge: 1, recv_sge: 1, inline: 0 };
+        let caps = Caps {
+            send_wr: 4,
+            recv_wr: 4,
+            send_sge: 1,
+            recv_sge: 1,
+            inline: 0,
+        };
         let rc = b::ib_qp_type_IB_QPT_RC;
         check!(KQp::new(&pd, &cq, &cq, None, b::ib_qp_type_IB_QPT_UD, caps, &QP_EV).is_err());
         check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { send_wr: 0, ..caps }, &QP_EV).is_err());
-        check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { send_sge: 7, ..caps }, &QP_EV).is_err());
+        check!(KQp::new(
+            &pd,
+            &cq,
+            &cq,
+            None,
+            rc,
+            Caps {
+                send_sge: 7,
+                ..caps
+            },
+            &QP_EV
+        )
+        .is_err());
         check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { inline: 81, ..caps }, &QP_EV).is_err());
         let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
         let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));
-        let one = [Sge { addr: buf.as_ptr() as u64, len: 64, lkey: pd.local_dma_lkey() }];
+        let one = [Sge {
+            addr: buf.as_ptr() as u64,
+            len: 64,
+            lkey: pd.local_dma_lkey(),
+        }];
         req!(qp.set_state(INIT));
         req!(qp.post_recv(&[recv(1, &one), recv(2, &one)]));
         req!(qp.post_send(&[send(3, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
@@ -401,7 +588,10 @@ mod suite {
         let mut wc = [b::ib_wc::zeroed(); 4];
         check!(cq.poll(&mut wc) == 3);
         check!(wc_wr_id(&wc[0]) == 3 && wc_wr_id(&wc[1]) == 1 && wc_wr_id(&wc[2]) == 2);
-        check!(wc.iter().take(3).all(|w| w.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR));
+        check!(wc
+            .iter()
+            .take(3)
+            .all(|w| w.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR));
         // The CQ is empty: ib_drain_qp's own WRs are the only completions it processes.
         qp.drain();
         check!(cq.poll(&mut wc) == 0);

@@ -20,9 +20,9 @@ use crate::device::{take_slot, Device, SlotGuard};
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
-use crate::sys::udata::UserResponse;
-use crate::sys::obj::{IbMr, PdId};
 use crate::sys::kmem::Kva;
+use crate::sys::obj::{IbMr, PdId};
+use crate::sys::udata::UserResponse;
 use crate::sys::umem::UMem;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -96,7 +96,10 @@ impl Mem {
     /// The protection domain.
     #[cfg_attr(
         not(CONFIG_KUNIT = "y"),
-        expect(dead_code, reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it")
+        expect(
+            dead_code,
+            reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it"
+        )
     )]
     pub(crate) fn pd(&self) -> PdId {
         self.pd
@@ -110,7 +113,10 @@ impl Mem {
     /// The tagged offset of the first octet and the length: the region is
     /// `[va, va + len)` (a DMA MR: all of kernel memory).
     pub(crate) fn bounds(&self) -> (u64, u64) {
-        (self.va.load(Ordering::Acquire), self.len.load(Ordering::Acquire))
+        (
+            self.va.load(Ordering::Acquire),
+            self.len.load(Ordering::Acquire),
+        )
     }
 
     /// Whether the STag is valid (registered, fast-registered and not invalidated).
@@ -128,11 +134,17 @@ impl Mem {
         let (va, len) = self.bounds();
         let off = to.checked_sub(va).filter(|&o| o < len)?;
         if self.dma {
-            return Some(Segment { kva: to, len: len - off });
+            return Some(Segment {
+                kva: to,
+                len: len - off,
+            });
         }
         if let Some(umem) = &self.umem {
             let (kva, n) = umem.segment_at(off.checked_add(umem.page_offset())?)?;
-            return Some(Segment { kva, len: n.min(len - off) });
+            return Some(Segment {
+                kva,
+                len: n.min(len - off),
+            });
         }
         let ps = u64::from(self.page_size.load(Ordering::Acquire));
         if !ps.is_power_of_two() {
@@ -142,7 +154,10 @@ impl Mem {
         let at = off.checked_add(va & (ps - 1))?;
         let page = *self.pages.lock().get(usize::try_from(at / ps).ok()?)?;
         let within = at % ps;
-        Some(Segment { kva: page.checked_add(within)?, len: (ps - within).min(len - off) })
+        Some(Segment {
+            kva: page.checked_add(within)?,
+            len: (ps - within).min(len - off),
+        })
     }
 }
 
@@ -165,7 +180,10 @@ impl Device {
     ///
     /// [`InvalidateCheck`] naming the failed check.
     pub(crate) fn check_invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
-        let mem = self.stags.get(stag >> 8).ok_or(InvalidateCheck::InvalidStag)?;
+        let mem = self
+            .stags
+            .get(stag >> 8)
+            .ok_or(InvalidateCheck::InvalidStag)?;
         if mem.stag() != stag || !mem.is_valid() {
             return Err(InvalidateCheck::InvalidStag);
         }
@@ -192,7 +210,14 @@ impl Device {
     /// The RX engine's [`TaggedCheck`], first failing check first: `InvalidStag` (no such
     /// index, another key, or invalidated), `NotAssociated` (another PD), `AccessRights`,
     /// `BaseBounds`.
-    pub(crate) fn lookup_stag(&self, stag: u32, pd: PdId, access: u32, to: u64, len: u64) -> Result<MrRef, TaggedCheck> {
+    pub(crate) fn lookup_stag(
+        &self,
+        stag: u32,
+        pd: PdId,
+        access: u32,
+        to: u64,
+        len: u64,
+    ) -> Result<MrRef, TaggedCheck> {
         let mem = self.stags.get(stag >> 8).ok_or(TaggedCheck::InvalidStag)?;
         if !mem.is_valid() || mem.stag() != stag {
             return Err(TaggedCheck::InvalidStag);
@@ -220,7 +245,10 @@ impl Device {
     /// [`InvalidateCheck`]: `InvalidStag` (no such STag or already invalid),
     /// `NotAssociated` (another PD), `CannotInvalidate` (a DMA MR).
     pub(crate) fn invalidate_stag(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
-        let mem = self.stags.get(stag >> 8).ok_or(InvalidateCheck::InvalidStag)?;
+        let mem = self
+            .stags
+            .get(stag >> 8)
+            .ok_or(InvalidateCheck::InvalidStag)?;
         if mem.stag() != stag {
             return Err(InvalidateCheck::InvalidStag);
         }
@@ -256,7 +284,8 @@ impl Device {
         if mem.is_valid() {
             return Err(EINVAL);
         }
-        mem.access.store((access & ACCESS_MASK) as u32, Ordering::Release);
+        mem.access
+            .store((access & ACCESS_MASK) as u32, Ordering::Release);
         mem.stag.store(stag, Ordering::Release);
         mem.valid.store(true, Ordering::Release);
         Ok(())
@@ -290,10 +319,21 @@ impl Mr {
     ///
     /// `ENOMEM` at the `max_mr` limit (logged) or without memory; `ENOSPC` if the STag
     /// table is full.
-    fn register(dev: &IbDevice<Device>, pd: PdId, key: u8, access: i32, va: u64, len: u64, kind: Kind) -> Result<(u32, Mr)> {
+    fn register(
+        dev: &IbDevice<Device>,
+        pd: PdId,
+        key: u8,
+        access: i32,
+        va: u64,
+        len: u64,
+        kind: Kind,
+    ) -> Result<(u32, Mr)> {
         let limit = crate::module_parameters::max_mr.value();
         if !take_slot(&dev.mrs, limit) {
-            return Err(fail(format_args!("MR limit reached ({limit}); see module parameter max_mr"), ENOMEM));
+            return Err(fail(
+                format_args!("MR limit reached ({limit}); see module parameter max_mr"),
+                ENOMEM,
+            ));
         }
         let slot = SlotGuard::new(&dev.mrs);
         let (dma, valid, umem, max_pages) = match kind {
@@ -372,18 +412,32 @@ impl Mr {
             return Err(fail(format_args!("reg_mr: zero length"), EINVAL));
         }
         if access & b::ib_access_flags_IB_ACCESS_ON_DEMAND as i32 != 0 {
-            return Err(fail(format_args!("reg_mr: on-demand paging is not supported"), EOPNOTSUPP));
+            return Err(fail(
+                format_args!("reg_mr: on-demand paging is not supported"),
+                EOPNOTSUPP,
+            ));
         }
         if iova.checked_add(len).is_none() {
-            return Err(fail(format_args!("reg_mr: iova {iova:#x} + length {len} overflows"), EINVAL));
+            return Err(fail(
+                format_args!("reg_mr: iova {iova:#x} + length {len} overflows"),
+                EINVAL,
+            ));
         }
         let req: b::siw_ureq_reg_mr = udata.read()?;
-        let umem = UMem::get(dev, start, len, access)
-            .map_err(|e| fail(format_args!("reg_mr: pinning {len} octets at {start:#x} failed ({})", e.to_errno()), e))?;
+        let umem = UMem::get(dev, start, len, access).map_err(|e| {
+            fail(
+                format_args!(
+                    "reg_mr: pinning {len} octets at {start:#x} failed ({})",
+                    e.to_errno()
+                ),
+                e,
+            )
+        })?;
         if umem.address() != start || umem.length() != len {
             return Err(EINVAL);
         }
-        let (stag, mr) = Self::register(dev, pd, req.stag_key, access, iova, len, Kind::User(umem))?;
+        let (stag, mr) =
+            Self::register(dev, pd, req.stag_key, access, iova, len, Kind::User(umem))?;
         if let Err(e) = udata.write(&b::siw_uresp_reg_mr { stag, pad: 0 }) {
             Self::deregister(dev, &mr);
             return Err(e);
@@ -399,12 +453,23 @@ impl Mr {
     ///
     /// `EOPNOTSUPP` for types other than `IB_MR_TYPE_MEM_REG`; `EINVAL` for `max_num_sg`
     /// outside 1..=[`MAX_FRMR_PAGES`]; as [`Mr::register`].
-    pub(crate) fn frmr(dev: &IbDevice<Device>, pd: PdId, ty: b::ib_mr_type, max_num_sg: u32) -> Result<(u32, Mr)> {
+    pub(crate) fn frmr(
+        dev: &IbDevice<Device>,
+        pd: PdId,
+        ty: b::ib_mr_type,
+        max_num_sg: u32,
+    ) -> Result<(u32, Mr)> {
         if ty != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
-            return Err(fail(format_args!("alloc_mr: MR type {ty} is not supported"), EOPNOTSUPP));
+            return Err(fail(
+                format_args!("alloc_mr: MR type {ty} is not supported"),
+                EOPNOTSUPP,
+            ));
         }
         if max_num_sg == 0 || max_num_sg > MAX_FRMR_PAGES {
-            return Err(fail(format_args!("alloc_mr: max_num_sg {max_num_sg} outside 1..={MAX_FRMR_PAGES}"), EINVAL));
+            return Err(fail(
+                format_args!("alloc_mr: max_num_sg {max_num_sg} outside 1..={MAX_FRMR_PAGES}"),
+                EINVAL,
+            ));
         }
         Self::register(dev, pd, 0, 0, 0, 0, Kind::Fast(max_num_sg))
     }
@@ -416,7 +481,10 @@ impl Mr {
     /// `EINVAL` (logged) for an MR that is not a fast-registration MR.
     pub(crate) fn map_begin(mr: &IbMr<Mr>) -> Result {
         if mr.mem.max_pages == 0 {
-            return Err(fail(format_args!("map_mr_sg: not a fast-registration MR"), EINVAL));
+            return Err(fail(
+                format_args!("map_mr_sg: not a fast-registration MR"),
+                EINVAL,
+            ));
         }
         mr.mem.pages.lock().clear();
         Ok(())

@@ -30,9 +30,9 @@ use crate::device::{take_slot, Device, SlotGuard};
 use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
-use crate::sys::udata::UserResponse;
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::ring::Ring;
+use crate::sys::udata::UserResponse;
 use crate::sys::verbs::QpInit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::prelude::*;
@@ -127,38 +127,66 @@ impl Qp {
         init: QpInit<'_, Device>,
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<impl PinInit<Self, Error>> {
-        let QpInit { attr, qpn, pd, send_cq, recv_cq, srq } = init;
+        let QpInit {
+            attr,
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        } = init;
         let user = udata.is_some();
         if attr.create_flags != 0 {
             if crate::sys::ratelimit() {
-                pr_err!("create_qp: create_flags {:#x} are not supported\n", attr.create_flags);
+                pr_err!(
+                    "create_qp: create_flags {:#x} are not supported\n",
+                    attr.create_flags
+                );
             }
             return Err(EOPNOTSUPP);
         }
         if attr.qp_type != b::ib_qp_type_IB_QPT_RC {
             if crate::sys::ratelimit() {
-                pr_err!("create_qp: QP type {} is not supported; iWARP has RC QPs only\n", attr.qp_type);
+                pr_err!(
+                    "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+                    attr.qp_type
+                );
             }
             return Err(EOPNOTSUPP);
         }
         let cap = attr.cap;
         if cap.max_send_wr == 0 || cap.max_send_wr > MAX_QP_WR {
-            return Err(invalid(qpn, format_args!("max_send_wr {} outside 1..={MAX_QP_WR}", cap.max_send_wr)));
+            return Err(invalid(
+                qpn,
+                format_args!("max_send_wr {} outside 1..={MAX_QP_WR}", cap.max_send_wr),
+            ));
         }
         if srq.is_none() && cap.max_recv_wr > MAX_QP_WR {
-            return Err(invalid(qpn, format_args!("max_recv_wr {} above {MAX_QP_WR}", cap.max_recv_wr)));
+            return Err(invalid(
+                qpn,
+                format_args!("max_recv_wr {} above {MAX_QP_WR}", cap.max_recv_wr),
+            ));
         }
         if srq.is_none() && user && cap.max_recv_wr == 0 {
-            return Err(invalid(qpn, format_args!("a user QP without SRQ needs max_recv_wr >= 1")));
+            return Err(invalid(
+                qpn,
+                format_args!("a user QP without SRQ needs max_recv_wr >= 1"),
+            ));
         }
         if cap.max_send_sge > MAX_SGE || cap.max_recv_sge > MAX_SGE {
             return Err(invalid(
                 qpn,
-                format_args!("max_send_sge {} / max_recv_sge {} above {MAX_SGE}", cap.max_send_sge, cap.max_recv_sge),
+                format_args!(
+                    "max_send_sge {} / max_recv_sge {} above {MAX_SGE}",
+                    cap.max_send_sge, cap.max_recv_sge
+                ),
             ));
         }
         if cap.max_inline_data > MAX_INLINE {
-            return Err(invalid(qpn, format_args!("max_inline_data {} above {MAX_INLINE}", cap.max_inline_data)));
+            return Err(invalid(
+                qpn,
+                format_args!("max_inline_data {} above {MAX_INLINE}", cap.max_inline_data),
+            ));
         }
         let sig_all = match attr.sq_sig_type {
             b::ib_sig_type_IB_SIGNAL_ALL_WR => true,
@@ -174,7 +202,11 @@ impl Qp {
         }
         let slot = SlotGuard::new(&dev.qps_count);
         let num_sqe = cap.max_send_wr.next_power_of_two();
-        let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 { 0 } else { cap.max_recv_wr.next_power_of_two() };
+        let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {
+            0
+        } else {
+            cap.max_recv_wr.next_power_of_two()
+        };
         let (sq, rq) = match udata {
             Some(u) => {
                 let (sq, sq_key) = Ring::new_user(u, num_sqe, false)?;
@@ -186,19 +218,34 @@ impl Qp {
                     // rejects SIW_INVAL_UOBJ_KEY even for QPs with an SRQ.
                     (None, 0)
                 };
-                let resp = b::siw_uresp_create_qp { qp_id: qpn, num_sqe, num_rqe, pad: 0, sq_key, rq_key };
+                let resp = b::siw_uresp_create_qp {
+                    qp_id: qpn,
+                    num_sqe,
+                    num_rqe,
+                    pad: 0,
+                    sq_key,
+                    rq_key,
+                };
                 u.write(&resp)?;
                 (sq, rq)
             }
             None => {
                 let sq = Ring::new_kernel(num_sqe, false)?;
-                let rq = if num_rqe > 0 { Some(Ring::new_kernel(num_rqe, false)?) } else { None };
+                let rq = if num_rqe > 0 {
+                    Some(Ring::new_kernel(num_rqe, false)?)
+                } else {
+                    None
+                };
                 (sq, rq)
             }
         };
         attr.cap.max_send_wr = num_sqe;
         attr.cap.max_recv_wr = num_rqe;
-        let caps = Caps { send_sge: cap.max_send_sge, recv_sge: cap.max_recv_sge, inline: cap.max_inline_data };
+        let caps = Caps {
+            send_sge: cap.max_send_sge,
+            recv_sge: cap.max_recv_sge,
+            inline: cap.max_inline_data,
+        };
         slot.keep();
         Ok(try_pin_init!(Self {
             user,
@@ -237,7 +284,12 @@ impl Qp {
 
     /// `query_qp`: fills the state, the granted capabilities and the access flags into
     /// `attr`, and the capabilities and signalling type into `init`.
-    pub(crate) fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>, attr: &mut b::ib_qp_attr, init: &mut b::ib_qp_init_attr) {
+    pub(crate) fn query(
+        dev: &IbDevice<Device>,
+        qp: &IbQp<Qp>,
+        attr: &mut b::ib_qp_attr,
+        init: &mut b::ib_qp_init_attr,
+    ) {
         let access = qp.attrs.lock().access;
         let state = qp.state().to_ib();
         attr.qp_state = state;
@@ -256,7 +308,11 @@ impl Qp {
         attr.max_rd_atomic = ord as u8;
         attr.max_dest_rd_atomic = ird as u8;
         init.cap = attr.cap;
-        init.sq_sig_type = if qp.sig_all { b::ib_sig_type_IB_SIGNAL_ALL_WR } else { b::ib_sig_type_IB_SIGNAL_REQ_WR };
+        init.sq_sig_type = if qp.sig_all {
+            b::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            b::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
     }
 
     /// The protection domain the QP belongs to: STags used on it must belong to the same
@@ -274,7 +330,10 @@ impl Qp {
         let mut slot = qp.conn.lock();
         // Checked under the slot lock: destroy sets the flag before emptying the slot.
         if qp.destroying.load(Ordering::Acquire) || slot.is_some() {
-            return Err(invalid(qp.qpn(), format_args!("QP is being destroyed or connected already")));
+            return Err(invalid(
+                qp.qpn(),
+                format_args!("QP is being destroyed or connected already"),
+            ));
         }
         *slot = Some(conn);
         Ok(())

@@ -100,7 +100,12 @@ impl kernel::Module for Rsiw {
         let notifier = sys::netdev::NotifierRegistration::new()?;
         let link = sys::link::LinkRegistration::new()?;
         pr_info!("loaded: link type 'rsiw' (rdma link add NAME type rsiw netdev DEV)\n");
-        Ok(Rsiw { _link: link, _notifier: notifier, _registry: registry, _wq: wq })
+        Ok(Rsiw {
+            _link: link,
+            _notifier: notifier,
+            _registry: registry,
+            _wq: wq,
+        })
     }
 }
 

@@ -16,9 +16,9 @@ use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
-use crate::sys::udata::UserResponse;
 use crate::sys::obj::IbSrq;
 use crate::sys::ring::Ring;
+use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, WrList};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -74,19 +74,31 @@ impl Srq {
     ) -> Result<impl PinInit<Self, Error>> {
         if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
             if crate::sys::ratelimit() {
-                pr_err!("create_srq: SRQ type {} is not supported (basic SRQs only)\n", init.srq_type);
+                pr_err!(
+                    "create_srq: SRQ type {} is not supported (basic SRQs only)\n",
+                    init.srq_type
+                );
             }
             return Err(EOPNOTSUPP);
         }
         let a = init.attr;
         if a.max_wr == 0 || a.max_wr > MAX_SRQ_WR {
-            return Err(invalid(format_args!("max_wr {} outside 1..={MAX_SRQ_WR}", a.max_wr)));
+            return Err(invalid(format_args!(
+                "max_wr {} outside 1..={MAX_SRQ_WR}",
+                a.max_wr
+            )));
         }
         if a.max_sge > MAX_SGE {
-            return Err(invalid(format_args!("max_sge {} above {MAX_SGE}", a.max_sge)));
+            return Err(invalid(format_args!(
+                "max_sge {} above {MAX_SGE}",
+                a.max_sge
+            )));
         }
         if a.srq_limit > a.max_wr {
-            return Err(invalid(format_args!("srq_limit {} above max_wr {}", a.srq_limit, a.max_wr)));
+            return Err(invalid(format_args!(
+                "srq_limit {} above max_wr {}",
+                a.srq_limit, a.max_wr
+            )));
         }
         let limit = crate::module_parameters::max_srq.value();
         if !take_slot(&dev.srqs, limit) {
@@ -101,7 +113,11 @@ impl Srq {
         let ring = match udata {
             Some(u) => {
                 let (ring, key) = Ring::new_user(u, n, false)?;
-                u.write(&b::siw_uresp_create_srq { num_rqe: n, pad: 0, srq_key: key })?;
+                u.write(&b::siw_uresp_create_srq {
+                    num_rqe: n,
+                    pad: 0,
+                    srq_key: key,
+                })?;
                 ring
             }
             None => Ring::new_kernel(n, false)?,
@@ -142,7 +158,11 @@ impl Srq {
         if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
             let mut st = srq.state.lock();
             if attr.srq_limit > srq.ring.size() {
-                return Err(invalid(format_args!("srq_limit {} above the SRQ size {}", attr.srq_limit, srq.ring.size())));
+                return Err(invalid(format_args!(
+                    "srq_limit {} above the SRQ size {}",
+                    attr.srq_limit,
+                    srq.ring.size()
+                )));
             }
             st.limit = attr.srq_limit;
             st.armed = attr.srq_limit > 0;
@@ -165,15 +185,25 @@ impl Srq {
     ///
     /// With the first WR not posted: `EINVAL` for user SRQs (they post through the mapped
     /// ring) and malformed WRs; `ENOMEM` if the SRQ is full.
-    pub(crate) fn post<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+    pub(crate) fn post<'a>(
+        srq: &IbSrq<Srq>,
+        wrs: WrList<'a, RecvWr>,
+    ) -> Result<(), PostError<'a, RecvWr>> {
         if srq.user {
             let first = wrs.clone().next();
-            return Err(PostError::at(invalid(format_args!("user SRQs post through the mapped ring")), first));
+            return Err(PostError::at(
+                invalid(format_args!("user SRQs post through the mapped ring")),
+                first,
+            ));
         }
         let mut st = srq.state.lock();
         for wr in wrs {
-            let rqe = build_rqe(wr, srq.max_sge)
-                .map_err(|e| PostError::at(invalid(format_args!("bad receive WR ({})", e.to_errno())), Some(wr)))?;
+            let rqe = build_rqe(wr, srq.max_sge).map_err(|e| {
+                PostError::at(
+                    invalid(format_args!("bad receive WR ({})", e.to_errno())),
+                    Some(wr),
+                )
+            })?;
             let idx = st.put;
             if srq.ring.flags(idx) != 0 {
                 return Err(PostError::at(ENOMEM, Some(wr)));
@@ -205,7 +235,9 @@ impl Srq {
             // Posting fills slots in order, so fewer than `limit` remain iff the slot
             // `limit - 1` after the new head is empty: O(1), like the C siw (a user
             // posting out of order only misleads its own limit event).
-            let fire = st.armed && st.limit > 0 && srq.ring.flags(st.get.wrapping_add(st.limit - 1)) & VALID == 0;
+            let fire = st.armed
+                && st.limit > 0
+                && srq.ring.flags(st.get.wrapping_add(st.limit - 1)) & VALID == 0;
             if fire {
                 st.armed = false;
             }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Host tests of the shared protocol core (rust/wire, rust/engine through userspace/):
-# rustfmt, clippy with warnings as errors, and cargo test.
+# rustfmt, clippy with warnings as errors, and cargo test; rustfmt of the kernel shell.
 . "$(dirname "$0")/lib.sh"
 cd "$RSIW_TOP/userspace"
 log "host: cargo fmt --check"
 cargo fmt --all -- --check
+log "host: rustfmt --check of the kernel shell (rust/ outside wire/ and engine/)"
+(cd "$RSIW_TOP" && find rust -name '*.rs' ! -name bindings_generated.rs ! -path 'rust/wire/*' \
+	! -path 'rust/engine/*' -print0 | sort -z | xargs -0 rustfmt --edition 2021 --check)
 log "host: cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log "host: cargo test"

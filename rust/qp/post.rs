@@ -30,7 +30,11 @@ pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<b::siw_rqe> {
     let mut total = 0u32;
     for (d, s) in rqe.sge.iter_mut().zip(wr.sges()) {
         total = total.checked_add(s.length).ok_or(EINVAL)?;
-        *d = b::siw_sge { laddr: s.addr, length: s.length, lkey: s.lkey };
+        *d = b::siw_sge {
+            laddr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
     }
     Ok(rqe)
 }
@@ -67,9 +71,13 @@ impl Qp {
     /// REG_MR become `SIW_OP_INVAL_STAG` / `SIW_OP_REG_MR` SQEs the transport executes in
     /// SQ order (the new STag in `rkey`, REG_MR's rights in `access`).
     fn build_sqe(&self, qpn: u32, wr: &SendWr) -> Result<b::siw_sqe> {
-        let n = u32::try_from(wr.num_sge()).map_err(|_| invalid(qpn, format_args!("negative num_sge")))?;
+        let n = u32::try_from(wr.num_sge())
+            .map_err(|_| invalid(qpn, format_args!("negative num_sge")))?;
         if n > self.caps.send_sge {
-            return Err(invalid(qpn, format_args!("{n} SGEs, at most {}", self.caps.send_sge)));
+            return Err(invalid(
+                qpn,
+                format_args!("{n} SGEs, at most {}", self.caps.send_sge),
+            ));
         }
         let mut sqe = b::siw_sqe::zeroed();
         sqe.id = wr.wr_id();
@@ -92,7 +100,10 @@ impl Qp {
             b::ib_wr_opcode_IB_WR_RDMA_READ | b::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => {
                 // An iWARP Read Request carries one sink STag (RFC 5040 §4.4).
                 if n != 1 {
-                    return Err(invalid(qpn, format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1")));
+                    return Err(invalid(
+                        qpn,
+                        format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1"),
+                    ));
                 }
                 if op == b::ib_wr_opcode_IB_WR_RDMA_READ {
                     (b::siw_opcode_SIW_OP_READ, false)
@@ -107,9 +118,14 @@ impl Qp {
                 return Ok(sqe);
             }
             b::ib_wr_opcode_IB_WR_REG_MR => {
-                let (lkey, key, access) = wr.reg().ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
+                let (lkey, key, access) = wr
+                    .reg()
+                    .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
                 if lkey >> 8 != key >> 8 {
-                    return Err(invalid(qpn, format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}")));
+                    return Err(invalid(
+                        qpn,
+                        format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}"),
+                    ));
                 }
                 // The new STag in `rkey`, the rights in `access` (the union with the SGEs).
                 sqe.rkey = key;
@@ -118,9 +134,16 @@ impl Qp {
                 sqe.opcode = b::siw_opcode_SIW_OP_REG_MR as u8;
                 return Ok(sqe);
             }
-            _ => return Err(invalid(qpn, format_args!("opcode {op} is not supported on iWARP"))),
+            _ => {
+                return Err(invalid(
+                    qpn,
+                    format_args!("opcode {op} is not supported on iWARP"),
+                ))
+            }
         };
-        if f & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 && opcode != b::siw_opcode_SIW_OP_WRITE {
+        if f & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0
+            && opcode != b::siw_opcode_SIW_OP_WRITE
+        {
             flags |= SOLICITED;
         }
         if let Some((raddr, rkey)) = wr.rdma() {
@@ -130,11 +153,18 @@ impl Qp {
         let mut sges = [b::siw_sge::zeroed(); MAX_SGE as usize];
         if f & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 && may_inline {
             let mut data = [0u8; MAX_INLINE as usize];
-            let len = wr
-                .copy_inline(&mut data)
-                .map_err(|e| invalid(qpn, format_args!("inline data above {MAX_INLINE} octets ({})", e.to_errno())))?;
+            let len = wr.copy_inline(&mut data).map_err(|e| {
+                invalid(
+                    qpn,
+                    format_args!("inline data above {MAX_INLINE} octets ({})", e.to_errno()),
+                )
+            })?;
             pack_inline(&mut sges, &data[..len]);
-            sges[0] = b::siw_sge { laddr: 0, length: len as u32, lkey: 0 };
+            sges[0] = b::siw_sge {
+                laddr: 0,
+                length: len as u32,
+                lkey: 0,
+            };
             sqe.num_sge = u8::from(len > 0);
             flags |= INLINE;
         } else {
@@ -143,7 +173,11 @@ impl Qp {
                 total = total
                     .checked_add(s.length)
                     .ok_or_else(|| invalid(qpn, format_args!("message longer than 4 GiB")))?;
-                *d = b::siw_sge { laddr: s.addr, length: s.length, lkey: s.lkey };
+                *d = b::siw_sge {
+                    laddr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                };
             }
             sqe.num_sge = n as u8;
         }
@@ -163,14 +197,23 @@ impl Qp {
     /// With the first WR not posted: `EINVAL` in RESET, for a malformed WR (see
     /// [`Qp::build_sqe`]) or for WRs on a user QP;
     /// `ENOMEM` if the SQ (or, in ERROR, the CQ) is full.
-    pub(crate) fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
+    pub(crate) fn post_send<'a>(
+        qp: &IbQp<Qp>,
+        wrs: WrList<'a, SendWr>,
+    ) -> Result<(), PostError<'a, SendWr>> {
         let qpn = qp.qpn();
         if qp.user {
             if !wrs.is_empty() {
-                return Err(PostError::at(invalid(qpn, format_args!("user QPs post through the mapped SQ")), None));
+                return Err(PostError::at(
+                    invalid(qpn, format_args!("user QPs post through the mapped SQ")),
+                    None,
+                ));
             }
             return match qp.state() {
-                State::Reset => Err(PostError::at(invalid(qpn, format_args!("post_send in RESET")), None)),
+                State::Reset => Err(PostError::at(
+                    invalid(qpn, format_args!("post_send in RESET")),
+                    None,
+                )),
                 State::Error => {
                     let n = Self::flush_sq_locked(qp, &mut qp.sq_pos.lock());
                     n.deliver(&qp.scq);
@@ -193,7 +236,10 @@ impl Qp {
             let state = qp.state();
             for wr in wrs {
                 if state == State::Reset {
-                    res = Err(PostError::at(invalid(qpn, format_args!("post_send in RESET")), Some(wr)));
+                    res = Err(PostError::at(
+                        invalid(qpn, format_args!("post_send in RESET")),
+                        Some(wr),
+                    ));
                     break;
                 }
                 let sqe = match qp.build_sqe(qpn, wr) {
@@ -241,15 +287,24 @@ impl Qp {
     /// With the first WR not posted: `EINVAL` for user QPs (they post through the mapped
     /// RQ), QPs with an SRQ or without RQ, RESET, and malformed WRs; `ENOMEM` if the RQ
     /// (or, in ERROR, the CQ) is full.
-    pub(crate) fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+    pub(crate) fn post_recv<'a>(
+        qp: &IbQp<Qp>,
+        wrs: WrList<'a, RecvWr>,
+    ) -> Result<(), PostError<'a, RecvWr>> {
         let qpn = qp.qpn();
         let first = wrs.clone().next();
         if qp.user {
-            return Err(PostError::at(invalid(qpn, format_args!("user QPs post through the mapped RQ")), first));
+            return Err(PostError::at(
+                invalid(qpn, format_args!("user QPs post through the mapped RQ")),
+                first,
+            ));
         }
         let Some(ring) = &qp.rq else {
             return Err(PostError::at(
-                invalid(qpn, format_args!("post_recv on a QP with an SRQ or without RQ")),
+                invalid(
+                    qpn,
+                    format_args!("post_recv on a QP with an SRQ or without RQ"),
+                ),
                 first,
             ));
         };
@@ -260,7 +315,10 @@ impl Qp {
             let state = qp.state();
             for wr in wrs {
                 if state == State::Reset {
-                    res = Err(PostError::at(invalid(qpn, format_args!("post_recv in RESET")), Some(wr)));
+                    res = Err(PostError::at(
+                        invalid(qpn, format_args!("post_recv in RESET")),
+                        Some(wr),
+                    ));
                     break;
                 }
                 let rqe = match build_rqe(wr, qp.caps.recv_sge) {

@@ -83,7 +83,10 @@ impl State {
             b::ib_qp_state_IB_QPS_RTS => Self::Rts,
             b::ib_qp_state_IB_QPS_ERR => Self::Error,
             _ => {
-                return Err(invalid(qpn, format_args!("state {s} (SQD/SQE or unknown) cannot be requested on iWARP")));
+                return Err(invalid(
+                    qpn,
+                    format_args!("state {s} (SQD/SQE or unknown) cannot be requested on iWARP"),
+                ));
             }
         })
     }
@@ -104,7 +107,10 @@ pub(super) fn check_transition(qpn: u32, cur: State, new: State) -> Result {
             qpn,
             format_args!("RTS needs an established iWARP connection (rdma_cm connect/accept)"),
         )),
-        _ => Err(invalid(qpn, format_args!("transition {cur:?} -> {new:?} is not allowed"))),
+        _ => Err(invalid(
+            qpn,
+            format_args!("transition {cur:?} -> {new:?} is not allowed"),
+        )),
     }
 }
 
@@ -117,7 +123,16 @@ impl Qp {
     /// The completion of a flushed WQE `id` with `opcode` (`SIW_OP_*`).
     pub(super) fn flush_cqe(qp: &IbQp<Qp>, id: u64, opcode: u8) -> Cqe {
         // Error completions fire a solicited-only arm too (verbs: "solicited or in error").
-        Cqe { id, opcode, status: FLUSH, bytes: 0, qpn: qp.qpn(), qp: qp.as_raw(), solicited: true, inval_stag: 0 }
+        Cqe {
+            id,
+            opcode,
+            status: FLUSH,
+            bytes: 0,
+            qpn: qp.qpn(),
+            qp: qp.as_raw(),
+            solicited: true,
+            inval_stag: 0,
+        }
     }
 
     /// Completes every valid SQE from `get` with a flush error (at most one pass over the
@@ -131,7 +146,10 @@ impl Qp {
                 break;
             }
             let sqe = qp.sq.read(idx);
-            match Cq::push(&qp.scq, &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode))) {
+            match Cq::push(
+                &qp.scq,
+                &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode)),
+            ) {
                 Ok(n) => notify = notify.or(n),
                 Err(o) => {
                     notify = notify.or(o.into());
@@ -185,7 +203,11 @@ impl Qp {
     /// # Errors
     ///
     /// The error of `allowed`; the state is unchanged.
-    fn enter_checked(qp: &IbQp<Qp>, new: State, allowed: impl FnOnce(State) -> Result) -> Result<State> {
+    fn enter_checked(
+        qp: &IbQp<Qp>,
+        new: State,
+        allowed: impl FnOnce(State) -> Result,
+    ) -> Result<State> {
         let (prev, ns, nr) = {
             let mut sq = qp.sq_pos.lock();
             let mut rq = qp.rq_pos.lock();
@@ -248,7 +270,8 @@ impl Qp {
             }
             return Err(EOPNOTSUPP);
         }
-        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 && attr.qp_state == b::ib_qp_state_IB_QPS_SQD {
+        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 && attr.qp_state == b::ib_qp_state_IB_QPS_SQD
+        {
             // iw_cm's graceful disconnect (RFC 5040 §6.2.1: the stream closes, the QP
             // leaves RTS). A QP that is not connected has nothing to drain.
             return match Self::conn(qp) {
@@ -258,15 +281,25 @@ impl Qp {
                 }
                 // Both sides disconnecting: the connection closed already.
                 None if qp.state() == State::Error => Ok(()),
-                None => Err(invalid(qpn, format_args!("SQD requested but the QP is not connected"))),
+                None => Err(invalid(
+                    qpn,
+                    format_args!("SQD requested but the QP is not connected"),
+                )),
             };
         }
         let mut attrs = qp.attrs.lock();
         let cur = qp.state();
         if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 && attr.cur_qp_state != cur.to_ib() {
-            return Err(invalid(qpn, format_args!("cur_qp_state {} but the QP is {cur:?}", attr.cur_qp_state)));
+            return Err(invalid(
+                qpn,
+                format_args!("cur_qp_state {} but the QP is {cur:?}", attr.cur_qp_state),
+            ));
         }
-        let new = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 { State::from_ib(qpn, attr.qp_state)? } else { cur };
+        let new = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
+            State::from_ib(qpn, attr.qp_state)?
+        } else {
+            cur
+        };
         // Checked here for a clear error before anything changes, and again under the
         // position locks (the connection manager or a data path may move the QP meanwhile).
         check_transition(qpn, cur, new)?;
@@ -301,7 +334,10 @@ impl Qp {
         let qpn = qp.qpn();
         Self::enter_checked(qp, State::Rts, |now| match now {
             State::Init | State::Rtr => Ok(()),
-            _ => Err(invalid(qpn, format_args!("connection established but the QP is {now:?}, not INIT/RTR"))),
+            _ => Err(invalid(
+                qpn,
+                format_args!("connection established but the QP is {now:?}, not INIT/RTR"),
+            )),
         })
         .map(|_| ())
     }

@@ -50,16 +50,28 @@ mod suite {
             b::siw_opcode_SIW_OP_READ_RESPONSE,
             200,
         ] {
-            assert!(matches!(reason(decode_sqe(&sqe(op, 0, 1, 8), false, at)), Some(BadWqe::Opcode(_))));
+            assert!(matches!(
+                reason(decode_sqe(&sqe(op, 0, 1, 8), false, at)),
+                Some(BadWqe::Opcode(_))
+            ));
         }
         assert!(decode_sqe(&sqe(b::siw_opcode_SIW_OP_REG_MR, 0, 0, 0), true, at).is_ok());
         // The refusal names the WQE and an opcode the user library can index.
         let bad = decode_sqe(&sqe(200, 0, 1, 8), false, at).err();
-        assert_eq!(bad.map(|b| (b.slot, b.opcode)), Some((at, b::siw_opcode_SIW_OP_SEND as u8)));
+        assert_eq!(
+            bad.map(|b| (b.slot, b.opcode)),
+            Some((at, b::siw_opcode_SIW_OP_SEND as u8))
+        );
         // Too many SGEs, too much inline data; the limits themselves are fine.
         let send = b::siw_opcode_SIW_OP_SEND;
-        assert_eq!(reason(decode_sqe(&sqe(send, 0, 7, 8), false, at)), Some(BadWqe::NumSge(7)));
-        assert_eq!(reason(decode_sqe(&sqe(send, 0, 255, 8), false, at)), Some(BadWqe::NumSge(255)));
+        assert_eq!(
+            reason(decode_sqe(&sqe(send, 0, 7, 8), false, at)),
+            Some(BadWqe::NumSge(7))
+        );
+        assert_eq!(
+            reason(decode_sqe(&sqe(send, 0, 255, 8), false, at)),
+            Some(BadWqe::NumSge(255))
+        );
         let ok = decode_sqe(&sqe(send, 0, 6, 8), false, at).ok();
         assert_eq!(ok.map(|w| w.sges().len()), Some(6));
         assert_eq!(
@@ -68,7 +80,10 @@ mod suite {
         );
         // Inline WQEs keep the caller's SGE count (the siw library writes it): ignored.
         let ok = decode_sqe(&sqe(send, INLINE, 9, MAX_INLINE), false, at).ok();
-        assert_eq!(ok.map(|w| (w.sges().len(), w.inline_data().map(|d| d.as_slice().len()))), Some((0, Some(80))));
+        assert_eq!(
+            ok.map(|w| (w.sges().len(), w.inline_data().map(|d| d.as_slice().len()))),
+            Some((0, Some(80)))
+        );
     }
 
     #[test]
@@ -76,9 +91,15 @@ mod suite {
         let mut r = b::siw_rqe::zeroed();
         r.id = 42;
         r.num_sge = MAX_SGE as u8;
-        assert_eq!(decode_rqe(&r).ok().map(|w| (w.id, w.sges().len())), Some((42, 6)));
+        assert_eq!(
+            decode_rqe(&r).ok().map(|w| (w.id, w.sges().len())),
+            Some((42, 6))
+        );
         r.num_sge = 7;
-        assert_eq!(decode_rqe(&r).err().map(|b| (b.id, b.num_sge)), Some((42, 7)));
+        assert_eq!(
+            decode_rqe(&r).err().map(|b| (b.id, b.num_sge)),
+            Some((42, 7))
+        );
     }
 
     #[test]
@@ -98,16 +119,33 @@ mod suite {
     fn state_transitions() {
         use State::*;
         let ok = [
-            (Reset, Init), (Init, Init), (Init, Rtr), (Rtr, Rtr), (Reset, Error), (Init, Error),
-            (Rtr, Error), (Error, Error), (Error, Reset), (Init, Reset), (Reset, Reset), (Rts, Rts),
+            (Reset, Init),
+            (Init, Init),
+            (Init, Rtr),
+            (Rtr, Rtr),
+            (Reset, Error),
+            (Init, Error),
+            (Rtr, Error),
+            (Error, Error),
+            (Error, Reset),
+            (Init, Reset),
+            (Reset, Reset),
+            (Rts, Rts),
             (Rts, Error),
         ];
         for (a, z) in ok {
             assert!(check_transition(0, a, z).is_ok());
         }
         let bad = [
-            (Reset, Rtr), (Reset, Rts), (Init, Rts), (Rtr, Rts), (Rtr, Init), (Error, Init),
-            (Error, Rts), (Rts, Reset), (Rts, Init),
+            (Reset, Rtr),
+            (Reset, Rts),
+            (Init, Rts),
+            (Rtr, Rts),
+            (Rtr, Init),
+            (Error, Init),
+            (Error, Rts),
+            (Rts, Reset),
+            (Rts, Init),
         ];
         for (a, z) in bad {
             assert!(check_transition(0, a, z).is_err());

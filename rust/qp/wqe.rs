@@ -25,7 +25,6 @@
 //! The completion functions call the consumer's completion handler and CQ events: call
 //! them with no QP, SRQ or CQ lock held (softirq context is fine).
 
-
 use super::state::State;
 use super::{Qp, INLINE, MAX_INLINE, MAX_SGE, SIGNALLED, VALID};
 use crate::cq::{Cq, Cqe};
@@ -181,7 +180,12 @@ pub(crate) struct Stale;
 ///
 /// [`BadSqe`] naming the first problem.
 pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result<SendWqe, BadSqe> {
-    let bad = |reason| BadSqe { slot, id: raw.id, opcode: flush_opcode(raw.opcode), reason };
+    let bad = |reason| BadSqe {
+        slot,
+        id: raw.id,
+        opcode: flush_opcode(raw.opcode),
+        reason,
+    };
     let op = u32::from(raw.opcode);
     let ok = matches!(
         op,
@@ -190,7 +194,11 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result
             | b::siw_opcode_SIW_OP_READ_LOCAL_INV
             | b::siw_opcode_SIW_OP_SEND
             | b::siw_opcode_SIW_OP_SEND_REMOTE_INV
-    ) || (kernel && matches!(op, b::siw_opcode_SIW_OP_INVAL_STAG | b::siw_opcode_SIW_OP_REG_MR));
+    ) || (kernel
+        && matches!(
+            op,
+            b::siw_opcode_SIW_OP_INVAL_STAG | b::siw_opcode_SIW_OP_REG_MR
+        ));
     if !ok {
         return Err(bad(BadWqe::Opcode(raw.opcode)));
     }
@@ -224,9 +232,16 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result
 /// [`BadRqe`] for too many SGEs.
 pub(crate) fn decode_rqe(raw: &b::siw_rqe) -> Result<RecvWqe, BadRqe> {
     if u32::from(raw.num_sge) > MAX_SGE {
-        return Err(BadRqe { id: raw.id, num_sge: raw.num_sge });
+        return Err(BadRqe {
+            id: raw.id,
+            num_sge: raw.num_sge,
+        });
     }
-    Ok(RecvWqe { id: raw.id, num_sge: raw.num_sge, sge: raw.sge })
+    Ok(RecvWqe {
+        id: raw.id,
+        num_sge: raw.num_sge,
+        sge: raw.sge,
+    })
 }
 
 /// The opcode to report for a failed or flushed SQE: its own if it indexes the user
@@ -298,7 +313,12 @@ impl Qp {
     /// # Errors
     ///
     /// [`Stale`] (nothing reported) if a flush completed the WQE already.
-    pub(crate) fn complete_sqe(qp: &IbQp<Qp>, wqe: &SendWqe, status: u16, bytes: u32) -> Result<(), Stale> {
+    pub(crate) fn complete_sqe(
+        qp: &IbQp<Qp>,
+        wqe: &SendWqe,
+        status: u16,
+        bytes: u32,
+    ) -> Result<(), Stale> {
         Self::release_sqe(qp, wqe.slot)?;
         Self::complete_send(qp, wqe, status, bytes);
         Ok(())
@@ -320,11 +340,20 @@ impl Qp {
             rkey: 0,
             raddr: 0,
             num_sge: 0,
-            sge: [b::siw_sge { laddr: 0, length: 0, lkey: 0 }; MAX_SGE as usize],
+            sge: [b::siw_sge {
+                laddr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE as usize],
         };
         Self::complete_sqe(qp, &wqe, b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR as u16, 0)?;
         if crate::sys::ratelimit() {
-            pr_err!("QP {}: malformed send WQE {} ({:?})\n", qp.qpn(), bad.id, bad.reason);
+            pr_err!(
+                "QP {}: malformed send WQE {} ({:?})\n",
+                qp.qpn(),
+                bad.id,
+                bad.reason
+            );
         }
         Ok(())
     }
@@ -356,7 +385,14 @@ impl Qp {
     /// CQ. `inval_stag` is the STag a Send with Invalidate invalidated (reported to kernel
     /// consumers); `solicited` marks a Send with Solicited Event (fires solicited-only
     /// arms; failed completions always do).
-    pub(crate) fn complete_recv(qp: &IbQp<Qp>, id: u64, status: u16, bytes: u32, inval_stag: Option<u32>, solicited: bool) {
+    pub(crate) fn complete_recv(
+        qp: &IbQp<Qp>,
+        id: u64,
+        status: u16,
+        bytes: u32,
+        inval_stag: Option<u32>,
+        solicited: bool,
+    ) {
         let ok = status == b::siw_wc_status_SIW_WC_SUCCESS as u16;
         let c = Cqe {
             id,

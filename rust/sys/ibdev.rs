@@ -92,7 +92,12 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     /// waits for all `iw_add_ref` references to go, then the data is dropped.
     fn destroy_qp(dev: &IbDevice<Self>, qp: &IbQp<Self::Qp>);
     /// `modify_qp` with `IB_QP_*` attribute mask `mask`.
-    fn modify_qp(dev: &IbDevice<Self>, qp: &IbQp<Self::Qp>, attr: &bindings::ib_qp_attr, mask: u32) -> Result;
+    fn modify_qp(
+        dev: &IbDevice<Self>,
+        qp: &IbQp<Self::Qp>,
+        attr: &bindings::ib_qp_attr,
+        mask: u32,
+    ) -> Result;
     /// `query_qp`: fills `attr` and the capabilities in `init` (type, CQs and SRQ are
     /// filled by the caller).
     fn query_qp(
@@ -102,9 +107,15 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
         init: &mut bindings::ib_qp_init_attr,
     ) -> Result;
     /// `post_send` (for a user QP: the doorbell, with an empty list).
-    fn post_send<'a>(qp: &IbQp<Self::Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>>;
+    fn post_send<'a>(
+        qp: &IbQp<Self::Qp>,
+        wrs: WrList<'a, SendWr>,
+    ) -> Result<(), PostError<'a, SendWr>>;
     /// `post_recv`.
-    fn post_recv<'a>(qp: &IbQp<Self::Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
+    fn post_recv<'a>(
+        qp: &IbQp<Self::Qp>,
+        wrs: WrList<'a, RecvWr>,
+    ) -> Result<(), PostError<'a, RecvWr>>;
 
     /// `create_srq`: validates, allocates and answers a user caller.
     fn create_srq(
@@ -119,10 +130,17 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     /// `query_srq`.
     fn query_srq(srq: &IbSrq<Self::Srq>, attr: &mut bindings::ib_srq_attr);
     /// `post_srq_recv`.
-    fn post_srq_recv<'a>(srq: &IbSrq<Self::Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
+    fn post_srq_recv<'a>(
+        srq: &IbSrq<Self::Srq>,
+        wrs: WrList<'a, RecvWr>,
+    ) -> Result<(), PostError<'a, RecvWr>>;
 
     /// `get_dma_mr`: returns the STag (lkey = rkey) and the MR data's initialiser.
-    fn get_dma_mr(dev: &IbDevice<Self>, pd: PdId, access: i32) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
+    fn get_dma_mr(
+        dev: &IbDevice<Self>,
+        pd: PdId,
+        access: i32,
+    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
     /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
     /// as `iova`.
     #[allow(clippy::too_many_arguments)]
@@ -157,13 +175,22 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
     type Cep: Send + Sync + 'static;
     /// `iw_create_listen`: listens on `id`'s mapped local address.
-    fn iw_create_listen(dev: &IbDevice<Self>, id: CmId<Self>, backlog: i32) -> Result<Arc<Self::Listener>>;
+    fn iw_create_listen(
+        dev: &IbDevice<Self>,
+        id: CmId<Self>,
+        backlog: i32,
+    ) -> Result<Arc<Self::Listener>>;
     /// `iw_destroy_listen`: stops listening.
     fn iw_destroy_listen(dev: &IbDevice<Self>, l: Arc<Self::Listener>);
     /// `iw_connect`: connects `id` with `param` (active side).
     fn iw_connect(dev: &IbDevice<Self>, id: CmId<Self>, param: ConnParam) -> Result;
     /// `iw_accept`: accepts the connection of `cep` on the new `id`.
-    fn iw_accept(dev: &IbDevice<Self>, cep: Arc<Self::Cep>, id: CmId<Self>, param: ConnParam) -> Result;
+    fn iw_accept(
+        dev: &IbDevice<Self>,
+        cep: Arc<Self::Cep>,
+        id: CmId<Self>,
+        param: ConnParam,
+    ) -> Result;
     /// `iw_reject`: rejects the connection of `cep` with private data `pdata`.
     fn iw_reject(dev: &IbDevice<Self>, cep: Arc<Self::Cep>, pdata: &[u8]) -> Result;
 }
@@ -458,7 +485,9 @@ impl<T: DeviceOps> IbDevice<T> {
     ) -> kernel::ffi::c_int {
         // SAFETY: per the caller.
         let (dev, param) = unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param)) };
-        let Ok(param) = param else { return ENOMEM.to_errno() };
+        let Ok(param) = param else {
+            return ENOMEM.to_errno();
+        };
         // SAFETY: a valid id of a running provider op.
         let id = unsafe { CmId::<T>::from_raw(id) };
         errno(T::iw_connect(dev, id, param))
@@ -475,14 +504,21 @@ impl<T: DeviceOps> IbDevice<T> {
         param: *mut bindings::iw_cm_conn_param,
     ) -> kernel::ffi::c_int {
         // SAFETY: per the caller.
-        let (dev, param, data) =
-            unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param), take_provider_data(id)) };
+        let (dev, param, data) = unsafe {
+            (
+                Self::from_raw((*id).device),
+                ConnParam::from_raw(param),
+                take_provider_data(id),
+            )
+        };
         if data.is_null() {
             return EINVAL.to_errno();
         }
         // SAFETY: `data` came from `Arc::<T::Cep>::into_foreign` (see above), taken once.
         let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
-        let Ok(param) = param else { return ENOMEM.to_errno() };
+        let Ok(param) = param else {
+            return ENOMEM.to_errno();
+        };
         // SAFETY: a valid id of a running provider op.
         let id = unsafe { CmId::<T>::from_raw(id) };
         errno(T::iw_accept(dev, cep, id, param))
@@ -792,10 +828,16 @@ impl Drop for Registry {
         loop {
             let next = {
                 let devices = DEVICES.lock();
-                let Some(d) = devices.first().copied() else { break };
+                let Some(d) = devices.first().copied() else {
+                    break;
+                };
                 // SAFETY: entries are live while the lock is held (type invariant); the
                 // reference keeps the memory valid after the lock is dropped.
-                unsafe { bindings::get_device(core::ptr::addr_of_mut!((*d.0.as_ptr()).__bindgen_anon_1.dev)) };
+                unsafe {
+                    bindings::get_device(core::ptr::addr_of_mut!(
+                        (*d.0.as_ptr()).__bindgen_anon_1.dev
+                    ))
+                };
                 d
             };
             // SAFETY: we hold a device reference; unregistration is synchronous and its
@@ -803,7 +845,11 @@ impl Drop for Registry {
             unsafe { bindings::ib_unregister_device(next.0.as_ptr()) };
             Self::remove(next.0.as_ptr());
             // SAFETY: balances `get_device` above.
-            unsafe { bindings::put_device(core::ptr::addr_of_mut!((*next.0.as_ptr()).__bindgen_anon_1.dev)) };
+            unsafe {
+                bindings::put_device(core::ptr::addr_of_mut!(
+                    (*next.0.as_ptr()).__bindgen_anon_1.dev
+                ))
+            };
         }
         REGISTRY_LIVE.store(false, Ordering::Release);
     }
@@ -821,7 +867,10 @@ impl<T: DeviceOps> IbDevice<T> {
             NonNull::from(qp)
         })?;
         // INVARIANT: the reference was taken above; the device outlives its QPs.
-        Some(QpRef { dev: NonNull::from(self), qp })
+        Some(QpRef {
+            dev: NonNull::from(self),
+            qp,
+        })
     }
 }
 
@@ -838,9 +887,19 @@ pub(crate) struct QpRef<T: DeviceOps> {
 }
 
 // SAFETY: a `QpRef` is a counted shared reference; the QP and device data are `Sync`.
-unsafe impl<T: DeviceOps> Send for QpRef<T> where T: Sync, T::Qp: Sync {}
+unsafe impl<T: DeviceOps> Send for QpRef<T>
+where
+    T: Sync,
+    T::Qp: Sync,
+{
+}
 // SAFETY: as above.
-unsafe impl<T: DeviceOps> Sync for QpRef<T> where T: Sync, T::Qp: Sync {}
+unsafe impl<T: DeviceOps> Sync for QpRef<T>
+where
+    T: Sync,
+    T::Qp: Sync,
+{
+}
 
 impl<T: DeviceOps> QpRef<T> {
     /// The QP.

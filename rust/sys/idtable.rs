@@ -86,7 +86,11 @@ impl RawIdTable {
 
     /// Runs `f` on the object of `id`, if any, under the table lock (interrupts disabled):
     /// `f` must not sleep, and the object cannot be removed while it runs.
-    pub(crate) fn with<R>(&self, id: u32, f: impl FnOnce(*mut kernel::ffi::c_void) -> R) -> Option<R> {
+    pub(crate) fn with<R>(
+        &self,
+        id: u32,
+        f: impl FnOnce(*mut kernel::ffi::c_void) -> R,
+    ) -> Option<R> {
         // SAFETY: `xa` is initialised.
         let flags = unsafe { bindings::rsiw_xa_lock(self.xa.get()) };
         // SAFETY: `xa` is initialised and locked; `xa_load` returns null for free and

@@ -4,14 +4,14 @@
 //! provider holds, the events it reports, and the connection parameters it receives.
 
 use super::bindings as b;
+use super::ibdev::DeviceOps;
 use super::socket::SockAddr;
 use core::ffi::c_void;
-use super::ibdev::DeviceOps;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::types::ForeignOwnable;
-use kernel::prelude::*;
 
 /// The events a provider reports on an `iw_cm_id` (`enum iw_cm_event_type`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -60,7 +60,14 @@ pub(crate) struct CmEvent<'a> {
 impl CmEvent<'_> {
     /// An event without addresses, private data or IRD/ORD (DISCONNECT, CLOSE).
     pub(crate) fn simple(kind: CmEventKind, status: i32) -> Self {
-        CmEvent { kind, status, addrs: None, private_data: &[], ird: 0, ord: 0 }
+        CmEvent {
+            kind,
+            status,
+            addrs: None,
+            private_data: &[],
+            ird: 0,
+            ord: 0,
+        }
     }
 }
 
@@ -97,9 +104,13 @@ impl<T: DeviceOps> CmId<T> {
                 add_ref(ptr);
             }
         }
-        // INVARIANT: a reference was just taken; `ptr` is valid.
         // SAFETY: a valid pointer is not null.
-        Self { ptr: unsafe { NonNull::new_unchecked(ptr) }, _p: PhantomData }
+        let ptr = unsafe { NonNull::new_unchecked(ptr) };
+        // INVARIANT: a reference was just taken; `ptr` is valid.
+        Self {
+            ptr,
+            _p: PhantomData,
+        }
     }
 
     /// The id's local address, as the consumer named it (`local_addr`).
@@ -267,7 +278,8 @@ pub(super) unsafe fn copy_pdata(p: *const c_void, len: usize) -> Result<KVec<u8>
     let mut v = KVec::with_capacity(len, GFP_KERNEL)?;
     if len > 0 && !p.is_null() {
         // SAFETY: per the caller.
-        v.extend_from_slice(unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) }, GFP_KERNEL)?;
+        let data = unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) };
+        v.extend_from_slice(data, GFP_KERNEL)?;
     }
     Ok(v)
 }

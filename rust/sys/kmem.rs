@@ -50,13 +50,18 @@ impl Kva {
     /// The first `n` octets (at most the whole range).
     pub(crate) fn prefix(&self, n: u64) -> Self {
         // INVARIANT: a sub-range of a valid range.
-        Self { kva: self.kva, len: n.min(self.len) }
+        Self {
+            kva: self.kva,
+            len: n.min(self.len),
+        }
     }
 }
 
 /// Folds the octets of `range` into the running CRC32c value `crc` (kernel `crc32c()`).
 pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
-    let Ok(len) = usize::try_from(range.len) else { return crc };
+    let Ok(len) = usize::try_from(range.len) else {
+        return crc;
+    };
     // SAFETY: the range is mapped kernel memory (type invariant); crc32c only reads it.
     unsafe { b::crc32c(crc, range.kva as usize as *const c_void, len) }
 }
@@ -83,7 +88,11 @@ impl<'a> IoList<'a> {
     ///
     /// `ENOMEM`.
     pub(crate) fn with_capacity(n: usize) -> Result<Self> {
-        Ok(Self { vec: KVec::with_capacity(n, GFP_KERNEL)?, len: 0, _p: core::marker::PhantomData })
+        Ok(Self {
+            vec: KVec::with_capacity(n, GFP_KERNEL)?,
+            len: 0,
+            _p: core::marker::PhantomData,
+        })
     }
 
     /// Appends `data`.
@@ -95,7 +104,13 @@ impl<'a> IoList<'a> {
         if data.is_empty() {
             return Ok(());
         }
-        self.vec.push(b::kvec { iov_base: data.as_ptr().cast_mut().cast(), iov_len: data.len() }, GFP_KERNEL)?;
+        self.vec.push(
+            b::kvec {
+                iov_base: data.as_ptr().cast_mut().cast(),
+                iov_len: data.len(),
+            },
+            GFP_KERNEL,
+        )?;
         self.len += data.len();
         Ok(())
     }
@@ -110,7 +125,13 @@ impl<'a> IoList<'a> {
         if n == 0 {
             return Ok(());
         }
-        self.vec.push(b::kvec { iov_base: range.kva as usize as *mut c_void, iov_len: n }, GFP_KERNEL)?;
+        self.vec.push(
+            b::kvec {
+                iov_base: range.kva as usize as *mut c_void,
+                iov_len: n,
+            },
+            GFP_KERNEL,
+        )?;
         self.len += n;
         Ok(())
     }
@@ -121,7 +142,12 @@ impl<'a> IoList<'a> {
     /// # Errors
     ///
     /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close.
-    pub(crate) fn send(&mut self, sock: &super::socket::SockOps, from: usize, more: bool) -> Result<usize> {
+    pub(crate) fn send(
+        &mut self,
+        sock: &super::socket::SockOps,
+        from: usize,
+        more: bool,
+    ) -> Result<usize> {
         let mut skip = from;
         let mut first = 0;
         while first < self.vec.len() && skip >= self.vec[first].iov_len {

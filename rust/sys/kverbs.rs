@@ -87,7 +87,10 @@ impl<T: DeviceOps> KDevice<T> {
     pub(crate) fn of_netdev(ndev: &NetDev) -> Option<Self> {
         // SAFETY: `ndev` is live; the lookup returns a referenced device or null.
         let raw = NonNull::new(unsafe {
-            bindings::ib_device_get_by_netdev(ndev.as_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_SIW)
+            bindings::ib_device_get_by_netdev(
+                ndev.as_ptr(),
+                bindings::rdma_driver_id_RDMA_DRIVER_SIW,
+            )
         })?;
         // SAFETY: the device is live and referenced; `ops` is a plain copy we may read.
         if unsafe { (*raw.as_ptr()).ops.owner } != super::this_module() {
@@ -97,7 +100,10 @@ impl<T: DeviceOps> KDevice<T> {
         }
         // INVARIANT: rsiw creates devices only through `NewDevice<T>` with its one device
         // type, so an rsiw-owned device is an `IbDevice<T>`; the lookup's reference is ours.
-        Some(Self { raw, _t: PhantomData })
+        Some(Self {
+            raw,
+            _t: PhantomData,
+        })
     }
 
     /// rsiw's view of the device.
@@ -139,7 +145,10 @@ impl Events {
 
     /// No event yet.
     pub(crate) const fn new() -> Self {
-        Self { count: AtomicU32::new(0), last: AtomicU32::new(u32::MAX) }
+        Self {
+            count: AtomicU32::new(0),
+            last: AtomicU32::new(u32::MAX),
+        }
     }
 
     /// How many events (or completion handler calls) arrived.
@@ -196,8 +205,13 @@ impl<'d, T: DeviceOps> KPd<'d, T> {
     /// The error of `ib_alloc_pd`.
     pub(crate) fn new(dev: &'d KDevice<T>) -> Result<Self> {
         // SAFETY: a live device; the core returns a PD or an `ERR_PTR`.
-        let raw = from_err_ptr(unsafe { bindings::__ib_alloc_pd(dev.as_raw(), 0, CALLER.as_char_ptr()) })?;
-        Ok(Self { raw, _d: PhantomData })
+        let raw = from_err_ptr(unsafe {
+            bindings::__ib_alloc_pd(dev.as_raw(), 0, CALLER.as_char_ptr())
+        })?;
+        Ok(Self {
+            raw,
+            _d: PhantomData,
+        })
     }
 
     /// The lkey of the PD's DMA MR (all kernel memory, local write).
@@ -257,7 +271,11 @@ impl<'d, T: DeviceOps> KCq<'d, T> {
                 CALLER.as_char_ptr(),
             )
         })?;
-        Ok(Self { raw, direct: false, _d: PhantomData })
+        Ok(Self {
+            raw,
+            direct: false,
+            _d: PhantomData,
+        })
     }
 
     /// Allocates a CQ of `cqe` entries polled directly by its consumer (`IB_POLL_DIRECT`,
@@ -278,7 +296,11 @@ impl<'d, T: DeviceOps> KCq<'d, T> {
                 CALLER.as_char_ptr(),
             )
         })?;
-        Ok(Self { raw, direct: true, _d: PhantomData })
+        Ok(Self {
+            raw,
+            direct: true,
+            _d: PhantomData,
+        })
     }
 
     /// The CQ depth the provider granted.
@@ -368,7 +390,14 @@ fn sge_array<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Result<KVec<bindings
     let mut v = KVec::new();
     for l in lists {
         for s in l {
-            v.push(bindings::ib_sge { addr: s.addr, length: s.len, lkey: s.lkey }, GFP_KERNEL)?;
+            v.push(
+                bindings::ib_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                },
+                GFP_KERNEL,
+            )?;
         }
     }
     Ok(v)
@@ -376,7 +405,9 @@ fn sge_array<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Result<KVec<bindings
 
 /// Returns the index of `bad` in `list` (`list.len()` if absent).
 fn index_of<W>(list: &[W], bad: *const W) -> usize {
-    list.iter().position(|w| core::ptr::eq(w, bad)).unwrap_or(list.len())
+    list.iter()
+        .position(|w| core::ptr::eq(w, bad))
+        .unwrap_or(list.len())
 }
 
 /// Builds a linked list of receive WRs in `wrs` over `sges` and posts it with `post`.
@@ -402,7 +433,11 @@ fn post_recv_list(
         wrs[i - 1].next = base.wrapping_add(i);
     }
     let mut bad: *const bindings::ib_recv_wr = core::ptr::null();
-    let head = if wrs.is_empty() { core::ptr::null() } else { wrs.as_ptr() };
+    let head = if wrs.is_empty() {
+        core::ptr::null()
+    } else {
+        wrs.as_ptr()
+    };
     match post(head, &mut bad) {
         0 => Ok(()),
         e => Err((Error::from_errno(e), index_of(&wrs, bad))),
@@ -425,7 +460,13 @@ impl<'p, T: DeviceOps> KSrq<'p, T> {
     /// # Errors
     ///
     /// The error of `ib_create_srq`.
-    pub(crate) fn new(pd: &'p KPd<'p, T>, max_wr: u32, max_sge: u32, limit: u32, events: &'static Events) -> Result<Self> {
+    pub(crate) fn new(
+        pd: &'p KPd<'p, T>,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        events: &'static Events,
+    ) -> Result<Self> {
         let mut init = bindings::ib_srq_init_attr::zeroed();
         init.event_handler = Some(Events::event_c);
         init.srq_context = events.as_ctx();
@@ -435,9 +476,17 @@ impl<'p, T: DeviceOps> KSrq<'p, T> {
         init.srq_type = bindings::ib_srq_type_IB_SRQT_BASIC;
         // SAFETY: a live PD; valid attributes; no user object or data (kernel SRQ).
         let raw = from_err_ptr(unsafe {
-            bindings::ib_create_srq_user(pd.raw.as_ptr(), &mut init, core::ptr::null_mut(), core::ptr::null_mut())
+            bindings::ib_create_srq_user(
+                pd.raw.as_ptr(),
+                &mut init,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
         })?;
-        Ok(Self { raw, _p: PhantomData })
+        Ok(Self {
+            raw,
+            _p: PhantomData,
+        })
     }
 
     /// `ib_post_srq_recv`.
@@ -468,7 +517,11 @@ impl<'p, T: DeviceOps> KSrq<'p, T> {
         attr.srq_limit = limit;
         // SAFETY: a live SRQ and valid attributes.
         super::to_result(unsafe {
-            bindings::ib_modify_srq(self.raw.as_ptr(), &mut attr, bindings::ib_srq_attr_mask_IB_SRQ_LIMIT)
+            bindings::ib_modify_srq(
+                self.raw.as_ptr(),
+                &mut attr,
+                bindings::ib_srq_attr_mask_IB_SRQ_LIMIT,
+            )
         })
     }
 
@@ -555,8 +608,13 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
         init.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_REQ_WR;
         init.qp_type = qp_type;
         // SAFETY: a live PD and CQs (and SRQ) of the same device; valid attributes.
-        let raw = from_err_ptr(unsafe { bindings::ib_create_qp_kernel(pd.raw.as_ptr(), &mut init, CALLER.as_char_ptr()) })?;
-        Ok(Self { raw, _a: PhantomData })
+        let raw = from_err_ptr(unsafe {
+            bindings::ib_create_qp_kernel(pd.raw.as_ptr(), &mut init, CALLER.as_char_ptr())
+        })?;
+        Ok(Self {
+            raw,
+            _a: PhantomData,
+        })
     }
 
     /// The QP number.
@@ -580,7 +638,11 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
         attr.qp_state = state;
         // SAFETY: a live QP and valid attributes.
         super::to_result(unsafe {
-            bindings::ib_modify_qp(self.raw.as_ptr(), &mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE as c_int)
+            bindings::ib_modify_qp(
+                self.raw.as_ptr(),
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as c_int,
+            )
         })
     }
 
@@ -592,9 +654,12 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
     pub(crate) fn query(&self) -> Result<(bindings::ib_qp_state, u32, u32)> {
         let mut attr = bindings::ib_qp_attr::zeroed();
         let mut init = bindings::ib_qp_init_attr::zeroed();
-        let mask = (bindings::ib_qp_attr_mask_IB_QP_STATE | bindings::ib_qp_attr_mask_IB_QP_CAP) as c_int;
+        let mask =
+            (bindings::ib_qp_attr_mask_IB_QP_STATE | bindings::ib_qp_attr_mask_IB_QP_CAP) as c_int;
         // SAFETY: a live QP and valid output buffers.
-        super::to_result(unsafe { bindings::ib_query_qp(self.raw.as_ptr(), &mut attr, mask, &mut init) })?;
+        super::to_result(unsafe {
+            bindings::ib_query_qp(self.raw.as_ptr(), &mut attr, mask, &mut init)
+        })?;
         Ok((attr.qp_state, init.cap.max_send_wr, init.cap.max_recv_wr))
     }
 
@@ -617,7 +682,10 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
             w.wr.sg_list = sges.as_mut_ptr().wrapping_add(at);
             at += r.sges.len();
             (w.remote_addr, w.rkey) = r.rdma;
-            if matches!(r.opcode, bindings::ib_wr_opcode_IB_WR_LOCAL_INV | bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV) {
+            if matches!(
+                r.opcode,
+                bindings::ib_wr_opcode_IB_WR_LOCAL_INV | bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV
+            ) {
                 w.wr.ex.invalidate_rkey = r.rdma.1;
             }
             wrs.push(w, GFP_KERNEL).map_err(|e| (e.into(), 0))?;
@@ -629,7 +697,11 @@ impl<'a, T: DeviceOps> KQp<'a, T> {
             wrs[i - 1].wr.next = base.wrapping_add(i).cast::<bindings::ib_send_wr>();
         }
         let qp = self.raw.as_ptr();
-        let head: *const bindings::ib_send_wr = if wrs.is_empty() { core::ptr::null() } else { wrs.as_ptr().cast() };
+        let head: *const bindings::ib_send_wr = if wrs.is_empty() {
+            core::ptr::null()
+        } else {
+            wrs.as_ptr().cast()
+        };
         let mut bad: *const bindings::ib_send_wr = core::ptr::null();
         // SAFETY: a live QP; the list and its SGEs are valid and unchanged for the call.
         let ret = unsafe {
@@ -702,14 +774,25 @@ impl<'p, T: DeviceOps> KMr<'p, T> {
     /// The error of `ib_alloc_mr`.
     pub(crate) fn new(pd: &'p KPd<'p, T>, max_sg: u32) -> Result<Self> {
         // SAFETY: a live PD; the core returns an MR or an `ERR_PTR`.
-        let raw = from_err_ptr(unsafe { bindings::ib_alloc_mr(pd.raw.as_ptr(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_sg) })?;
-        Ok(Self { raw, _p: PhantomData })
+        let raw = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(
+                pd.raw.as_ptr(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_sg,
+            )
+        })?;
+        Ok(Self {
+            raw,
+            _p: PhantomData,
+        })
     }
 
     /// `ib_map_mr_sg` of `buf` (one scatterlist entry, kmalloc memory) in pages of
     /// `PAGE_SIZE`; returns how many entries were mapped (1) or a negative errno.
     pub(crate) fn map(&self, buf: &[u8]) -> i32 {
-        let Ok(len) = u32::try_from(buf.len()) else { return EINVAL.to_errno() };
+        let Ok(len) = u32::try_from(buf.len()) else {
+            return EINVAL.to_errno();
+        };
         let mut sg = bindings::scatterlist::zeroed();
         // SAFETY: `sg` is a valid single-entry table; `buf` is linear-map memory of `len`
         // octets that outlives the call (the MR only records addresses). With virtual DMA
@@ -719,7 +802,13 @@ impl<'p, T: DeviceOps> KMr<'p, T> {
             if bindings::ib_dma_virt_map_sg((*self.raw.as_ptr()).device, &mut sg, 1) != 1 {
                 return EIO.to_errno();
             }
-            bindings::ib_map_mr_sg(self.raw.as_ptr(), &mut sg, 1, core::ptr::null_mut(), kernel::page::PAGE_SIZE as u32)
+            bindings::ib_map_mr_sg(
+                self.raw.as_ptr(),
+                &mut sg,
+                1,
+                core::ptr::null_mut(),
+                kernel::page::PAGE_SIZE as u32,
+            )
         }
     }
 

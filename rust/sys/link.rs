@@ -55,7 +55,10 @@ impl<T: LinkHandler> LinkRegistration<T> {
             bindings::rdma_link_register(ops.get());
         }
         // INVARIANT: registered above, and boxed.
-        Ok(Self { ops, _t: PhantomData })
+        Ok(Self {
+            ops,
+            _t: PhantomData,
+        })
     }
 
     /// # Safety

@@ -39,8 +39,8 @@ pub(crate) mod bindings {
 
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
-pub(crate) mod kmem;
 pub(crate) mod iwcm;
+pub(crate) mod kmem;
 #[cfg(CONFIG_KUNIT = "y")]
 pub(crate) mod kverbs;
 pub(crate) mod link;
@@ -48,8 +48,8 @@ pub(crate) mod netdev;
 pub(crate) mod obj;
 pub(crate) mod ring;
 pub(crate) mod socket;
-pub(crate) mod umap;
 pub(crate) mod udata;
+pub(crate) mod umap;
 pub(crate) mod umem;
 pub(crate) mod verbs;
 pub(crate) mod wr;

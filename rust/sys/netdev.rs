@@ -183,7 +183,10 @@ impl<T: NetdevEvents> NotifierRegistration<T> {
         // SAFETY: `nb` is boxed, so its address is stable until `drop` unregisters it.
         super::to_result(unsafe { bindings::register_netdevice_notifier(nb.get()) })?;
         // INVARIANT: registered above, and boxed.
-        Ok(Self { nb, _t: PhantomData })
+        Ok(Self {
+            nb,
+            _t: PhantomData,
+        })
     }
 
     /// # Safety

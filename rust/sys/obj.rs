@@ -200,7 +200,10 @@ impl<T> IbQp<T> {
     /// # Safety
     ///
     /// As for [`Obj::init_data`].
-    pub(super) unsafe fn init_rest(raw: *mut bindings::ib_qp, init: impl PinInit<T, Error>) -> Result {
+    pub(super) unsafe fn init_rest(
+        raw: *mut bindings::ib_qp,
+        init: impl PinInit<T, Error>,
+    ) -> Result {
         let this = raw.cast::<Self>();
         // SAFETY: the slots lie inside the allocation, are pinned and exclusively ours.
         unsafe {

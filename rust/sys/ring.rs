@@ -24,8 +24,8 @@
 //! Kernel rings use the same accessors so one code path serves both.
 
 use super::bindings;
-use super::umap::MmapEntry;
 use super::udata::UserResponse;
+use super::umap::MmapEntry;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -108,7 +108,8 @@ unsafe impl RingElem for bindings::siw_sqe {
     const FLAGS_WIDTH: usize = 2;
     fn flags_ptr(slot: *mut Self) -> *mut u8 {
         // Computes an address only (no access): in bounds for a valid `slot`.
-        slot.cast::<u8>().wrapping_add(core::mem::offset_of!(bindings::siw_sqe, flags))
+        slot.cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(bindings::siw_sqe, flags))
     }
 }
 
@@ -116,7 +117,8 @@ unsafe impl RingElem for bindings::siw_sqe {
 unsafe impl RingElem for bindings::siw_rqe {
     const FLAGS_WIDTH: usize = 2;
     fn flags_ptr(slot: *mut Self) -> *mut u8 {
-        slot.cast::<u8>().wrapping_add(core::mem::offset_of!(bindings::siw_rqe, flags))
+        slot.cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(bindings::siw_rqe, flags))
     }
 }
 
@@ -125,7 +127,8 @@ unsafe impl RingElem for bindings::siw_rqe {
 unsafe impl RingElem for bindings::siw_cqe {
     const FLAGS_WIDTH: usize = 1;
     fn flags_ptr(slot: *mut Self) -> *mut u8 {
-        slot.cast::<u8>().wrapping_add(core::mem::offset_of!(bindings::siw_cqe, flags))
+        slot.cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(bindings::siw_cqe, flags))
     }
 }
 
@@ -160,7 +163,11 @@ unsafe impl<E: RingElem> Sync for Ring<E> {}
 
 /// Returns the octet length of a ring of `n` elements (and a control word).
 fn ring_len<E>(n: u32, ctrl: bool) -> Result<usize> {
-    let extra = if ctrl { core::mem::size_of::<bindings::siw_cq_ctrl>() } else { 0 };
+    let extra = if ctrl {
+        core::mem::size_of::<bindings::siw_cq_ctrl>()
+    } else {
+        0
+    };
     (n as usize)
         .checked_mul(core::mem::size_of::<E>())
         .and_then(|l| l.checked_add(extra))
@@ -181,7 +188,13 @@ impl<E: RingElem> Ring<E> {
         let buf = VBuf::new(ring_len::<E>(n, ctrl)?, false)?;
         let base = NonNull::new(buf.as_ptr().cast::<E>()).ok_or(ENOMEM)?;
         // INVARIANT: the buffer has the length computed above and is owned by `backing`.
-        Ok(Self { base, n, ctrl, _backing: Backing::Kernel(buf), _e: PhantomData })
+        Ok(Self {
+            base,
+            n,
+            ctrl,
+            _backing: Backing::Kernel(buf),
+            _e: PhantomData,
+        })
     }
 
     /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word if
@@ -202,7 +215,16 @@ impl<E: RingElem> Ring<E> {
         let (entry, key) = MmapEntry::insert(udata, buf)?;
         // INVARIANT: the entry owns the buffer (its address does not change when moved
         // into the entry) until the entry is removed, which `_backing` does on drop.
-        Ok((Self { base, n, ctrl, _backing: Backing::User(entry), _e: PhantomData }, key))
+        Ok((
+            Self {
+                base,
+                n,
+                ctrl,
+                _backing: Backing::User(entry),
+                _e: PhantomData,
+            },
+            key,
+        ))
     }
 
     /// The number of slots.
@@ -212,7 +234,9 @@ impl<E: RingElem> Ring<E> {
 
     fn slot(&self, idx: u32) -> *mut E {
         // In bounds: the index is reduced modulo the power-of-two size.
-        self.base.as_ptr().wrapping_add((idx & (self.n - 1)) as usize)
+        self.base
+            .as_ptr()
+            .wrapping_add((idx & (self.n - 1)) as usize)
     }
 
     /// Loads the flags of slot `idx` (modulo the size) with acquire order.
@@ -261,7 +285,12 @@ impl<E: RingElem> Ring<E> {
 
     fn ctrl_ptr(&self) -> Option<*mut u32> {
         // The control word follows the last element (`ring_len`).
-        self.ctrl.then(|| self.base.as_ptr().wrapping_add(self.n as usize).cast::<u32>())
+        self.ctrl.then(|| {
+            self.base
+                .as_ptr()
+                .wrapping_add(self.n as usize)
+                .cast::<u32>()
+        })
     }
 
     /// Loads the control word (`siw_cq_ctrl::flags`) with acquire order; zero without one.
@@ -290,7 +319,9 @@ pub(crate) fn sqe_raddr(sqe: &bindings::siw_sqe) -> u64 {
 }
 
 /// Reads the SGE array of an SQE (union with the 64-bit `access`; plain integers).
-pub(crate) fn sqe_sges(sqe: &bindings::siw_sqe) -> [bindings::siw_sge; bindings::SIW_MAX_SGE as usize] {
+pub(crate) fn sqe_sges(
+    sqe: &bindings::siw_sqe,
+) -> [bindings::siw_sge; bindings::SIW_MAX_SGE as usize] {
     // SAFETY: the union's members are plain integers; every bit pattern is a valid SGE
     // array (the octets beyond `access` were zero-initialised or written as SGEs).
     unsafe { sqe.__bindgen_anon_2.sge }

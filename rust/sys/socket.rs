@@ -173,7 +173,10 @@ impl Socket {
     /// The socket as events see it.
     #[expect(dead_code, reason = "used by the transport (data-path slice)")]
     pub(crate) fn as_ref(&self) -> SockRef<'_> {
-        SockRef { sock: self.sock, _p: PhantomData }
+        SockRef {
+            sock: self.sock,
+            _p: PhantomData,
+        }
     }
 
     /// Binds to `addr` (port 0: an ephemeral port).
@@ -225,8 +228,7 @@ impl Socket {
     pub(crate) fn accept(&self) -> Result<Option<Socket>> {
         let mut new: *mut b::socket = core::ptr::null_mut();
         // SAFETY: `self.sock` is valid (invariant); `new` is a valid out pointer.
-        let ret =
-            unsafe { b::kernel_accept(self.sock.as_ptr(), &mut new, b::O_NONBLOCK as i32) };
+        let ret = unsafe { b::kernel_accept(self.sock.as_ptr(), &mut new, b::O_NONBLOCK as i32) };
         if ret == -(b::EAGAIN as i32) {
             return Ok(None);
         }
@@ -289,7 +291,11 @@ impl Socket {
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn attach<T: SockEvents>(&mut self, obj: Arc<T>, inherit: Option<&Socket>) -> Result {
+    pub(crate) fn attach<T: SockEvents>(
+        &mut self,
+        obj: Arc<T>,
+        inherit: Option<&Socket>,
+    ) -> Result {
         self.detach();
         let cb = KBox::new(Opaque::<b::rsiw_sk_cb>::uninit(), GFP_KERNEL)?;
         // SAFETY: `cb` is valid for writes; all-zeroes is a valid `rsiw_sk_cb`, then the
@@ -306,7 +312,10 @@ impl Socket {
         // (boxed) until `detach()`; `parent` is null or a live attachment.
         unsafe { b::rsiw_sk_attach(self.sock.as_ptr(), cb.get(), parent) };
         // INVARIANT: attached with one reference of `obj`.
-        self.attach = Some(Attachment { cb, release: release_c::<T> });
+        self.attach = Some(Attachment {
+            cb,
+            release: release_c::<T>,
+        });
         Ok(())
     }
 
@@ -392,7 +401,10 @@ impl SockOps {
     /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close, `EINVAL`
     /// for more than 8 buffers.
     pub(crate) fn send(&self, bufs: &[&[u8]], more: bool) -> Result<usize> {
-        let mut vec = [b::kvec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 8];
+        let mut vec = [b::kvec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; 8];
         if bufs.len() > vec.len() {
             return Err(EINVAL);
         }
@@ -422,7 +434,8 @@ impl SockOps {
     pub(super) fn send_kvecs(&self, vecs: &mut [b::kvec], len: usize, more: bool) -> Result<usize> {
         // SAFETY: valid socket; the caller's kvecs describe readable memory
         // (`IoList` invariant) that `kernel_sendmsg` copies before returning.
-        let ret = unsafe { b::rsiw_send_kvec(self.0.as_ptr(), vecs.as_mut_ptr(), vecs.len(), len, more) };
+        let ret =
+            unsafe { b::rsiw_send_kvec(self.0.as_ptr(), vecs.as_mut_ptr(), vecs.len(), len, more) };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
@@ -466,11 +479,17 @@ impl SockOps {
     /// # Errors
     ///
     /// `ENOTCONN` on a socket that is not connected.
-    pub(crate) fn read<F: FnMut(&SkbChunk<'_>) -> usize>(&self, locked: bool, mut actor: F) -> Result<usize> {
+    pub(crate) fn read<F: FnMut(&SkbChunk<'_>) -> usize>(
+        &self,
+        locked: bool,
+        mut actor: F,
+    ) -> Result<usize> {
         let ctx: *mut F = &mut actor;
         // SAFETY: valid socket; `read_actor_c::<F>` receives `ctx`, a live `F`, only during
         // this call.
-        let ret = unsafe { b::rsiw_tcp_read(self.0.as_ptr(), Some(read_actor_c::<F>), ctx.cast(), locked) };
+        let ret = unsafe {
+            b::rsiw_tcp_read(self.0.as_ptr(), Some(read_actor_c::<F>), ctx.cast(), locked)
+        };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
@@ -505,7 +524,9 @@ impl SkbChunk<'_> {
         let off = self.range(at, dst.len())?;
         // SAFETY: `skb` holds the range (invariant and the check above); `dst` is valid for
         // `dst.len()` octets of writes.
-        to_result(unsafe { b::rsiw_skb_copy_bits(self.skb, off, dst.as_mut_ptr().cast(), dst.len()) })
+        to_result(unsafe {
+            b::rsiw_skb_copy_bits(self.skb, off, dst.as_mut_ptr().cast(), dst.len())
+        })
     }
 
     /// Copies `dst.len()` octets starting `at` octets into the chunk to the registered
@@ -519,7 +540,9 @@ impl SkbChunk<'_> {
         let off = self.range(at, len)?;
         // SAFETY: `skb` holds the range (invariant and the check above); `dst` is mapped
         // kernel memory valid for writes (`Kva` invariant).
-        to_result(unsafe { b::rsiw_skb_copy_bits(self.skb, off, dst.addr() as usize as *mut c_void, len) })
+        to_result(unsafe {
+            b::rsiw_skb_copy_bits(self.skb, off, dst.addr() as usize as *mut c_void, len)
+        })
     }
 
     /// Copies `len` octets starting `at` octets into the chunk to `page` at `page_off`
@@ -548,9 +571,10 @@ impl SkbChunk<'_> {
 
     fn range(&self, at: usize, len: usize) -> Result<u32> {
         match at.checked_add(len) {
-            Some(end) if end <= self.len => {
-                u32::try_from(at).ok().and_then(|a| self.offset.checked_add(a)).ok_or(EFAULT)
-            }
+            Some(end) if end <= self.len => u32::try_from(at)
+                .ok()
+                .and_then(|a| self.offset.checked_add(a))
+                .ok_or(EFAULT),
             _ => Err(EFAULT),
         }
     }
@@ -582,7 +606,12 @@ unsafe extern "C" fn read_actor_c<F: FnMut(&SkbChunk<'_>) -> usize>(
     // SAFETY: `ctx` is the `F` `SockOps::read` passed, alive for the whole read.
     let f = unsafe { &mut *ctx.cast::<F>() };
     // INVARIANT: `tcp_read_sock()` offers `len` octets of `skb` from `offset`.
-    let chunk = SkbChunk { skb, offset, len, _p: PhantomData };
+    let chunk = SkbChunk {
+        skb,
+        offset,
+        len,
+        _p: PhantomData,
+    };
     f(&chunk).min(len)
 }
 
@@ -609,7 +638,14 @@ unsafe extern "C" fn event_c<T: SockEvents>(
     let obj = unsafe { <Arc<T> as ForeignOwnable>::borrow(ctx) };
     // The socket is valid while its callback runs; `sock` is `sk->sk_socket` of an
     // attached socket.
-    T::event(obj, SockRef { sock, _p: PhantomData }, ev);
+    T::event(
+        obj,
+        SockRef {
+            sock,
+            _p: PhantomData,
+        },
+        ev,
+    );
 }
 
 /// Gives back the reference of `T` an attachment held.

@@ -25,7 +25,10 @@ impl UserResponse<'_> {
     /// `udata` is the valid `ib_udata` of the running verb, live for the returned lifetime.
     pub(super) unsafe fn from_raw(udata: *mut bindings::ib_udata) -> Self {
         // INVARIANT: guaranteed by the caller.
-        Self { udata, _p: core::marker::PhantomData }
+        Self {
+            udata,
+            _p: core::marker::PhantomData,
+        }
     }
 
     /// Returns the user context of the verb (null-checked), not for `alloc_ucontext`.

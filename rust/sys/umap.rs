@@ -12,8 +12,8 @@
 //! mapping.
 
 use super::bindings;
-use super::udata::UserResponse;
 use super::ring::VBuf;
+use super::udata::UserResponse;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -52,13 +52,17 @@ impl MmapEntry {
     pub(super) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
         let uctx = udata.ucontext().ok_or(EINVAL)?;
         let len = buf.len();
-        let boxed = KBox::new(Entry { base: Opaque::zeroed(), buf }, GFP_KERNEL)?;
+        let boxed = KBox::new(
+            Entry {
+                base: Opaque::zeroed(),
+                buf,
+            },
+            GFP_KERNEL,
+        )?;
         let raw = KBox::into_raw(boxed);
         // SAFETY: `raw` is a valid, exclusively owned, zeroed entry; `uctx` is the live
         // context of the running verb.
-        let ret = unsafe {
-            bindings::rdma_user_mmap_entry_insert(uctx, (*raw).base.get(), len)
-        };
+        let ret = unsafe { bindings::rdma_user_mmap_entry_insert(uctx, (*raw).base.get(), len) };
         if ret != 0 {
             // SAFETY: the insertion failed, so the core holds no reference: still ours.
             drop(unsafe { KBox::from_raw(raw) });

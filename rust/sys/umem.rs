@@ -37,12 +37,19 @@ impl UMem {
     ///
     /// The error of `ib_umem_get_va`: `EFAULT` for an unmapped range, `ENOMEM` beyond
     /// `RLIMIT_MEMLOCK`, `EINVAL` for overflowing ranges.
-    pub(crate) fn get<T: DeviceOps>(dev: &IbDevice<T>, addr: u64, len: u64, access: i32) -> Result<Self> {
+    pub(crate) fn get<T: DeviceOps>(
+        dev: &IbDevice<T>,
+        addr: u64,
+        len: u64,
+        access: i32,
+    ) -> Result<Self> {
         let addr = usize::try_from(addr).map_err(|_| EINVAL)?;
         let len = usize::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: the device is live; the call pins pages of the current process or
         // returns an `ERR_PTR`.
-        let raw = unsafe { bindings::rsiw_umem_get_va(dev.as_raw(), addr as kernel::ffi::c_ulong, len, access) };
+        let raw = unsafe {
+            bindings::rsiw_umem_get_va(dev.as_raw(), addr as kernel::ffi::c_ulong, len, access)
+        };
         let raw = kernel::error::from_err_ptr(raw)?;
         let ptr = NonNull::new(raw).ok_or(ENOMEM)?;
         // INVARIANT: a umem from `ib_umem_get_va`, now owned by us.
@@ -84,7 +91,10 @@ impl UMem {
             }
             // SAFETY: `sg` is one of the `nents` mapped entries of the live table.
             let (addr, len) = unsafe {
-                (bindings::rsiw_sg_dma_address(sg), u64::from(bindings::rsiw_sg_dma_len(sg)))
+                (
+                    bindings::rsiw_sg_dma_address(sg),
+                    u64::from(bindings::rsiw_sg_dma_len(sg)),
+                )
             };
             let rel = off.checked_sub(base)?;
             if rel < len {

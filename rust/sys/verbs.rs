@@ -12,8 +12,8 @@
 
 use super::bindings;
 use super::ibdev::{errno, DeviceOps, IbDevice};
-use super::udata::UserResponse;
 use super::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, Obj, PdId, SrqRef};
+use super::udata::UserResponse;
 use super::wr::{PostError, RecvWr, SendWr, WrList};
 use core::mem::MaybeUninit;
 use kernel::ffi::c_int;
@@ -64,7 +64,11 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the core passes a zeroed CQ of `size_ib_cq` octets of a live rsiw
         // device, valid attributes and a null (kernel) or valid bundle.
         let (dev, attr, mut udata) = unsafe {
-            (Self::from_raw((*cq).device), &*attr, user(bindings::rsiw_bundle_udata(attrs)))
+            (
+                Self::from_raw((*cq).device),
+                &*attr,
+                user(bindings::rsiw_bundle_udata(attrs)),
+            )
         };
         let (depth, init) = match T::create_cq(dev, attr, udata.as_mut()) {
             Ok(r) => r,
@@ -107,7 +111,12 @@ impl<T: DeviceOps> IbDevice<T> {
             return 0;
         }
         // SAFETY: a live CQ; the consumer passes room for `num` work completions.
-        let (obj, wcs) = unsafe { (IbCq::<T::Cq>::from_raw(cq), core::slice::from_raw_parts_mut(wc, n)) };
+        let (obj, wcs) = unsafe {
+            (
+                IbCq::<T::Cq>::from_raw(cq),
+                core::slice::from_raw_parts_mut(wc, n),
+            )
+        };
         T::poll_cq(obj, wcs) as c_int
     }
 
@@ -138,11 +147,16 @@ impl<T: DeviceOps> IbDevice<T> {
     ) -> c_int {
         // SAFETY: the core passes a zeroed QP of `size_ib_qp` octets (with `device`, `pd`
         // set) of a live rsiw device, valid attributes and null or valid user data.
-        let (dev, attr, mut udata) = unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
+        let (dev, attr, mut udata) =
+            unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
         // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
         // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
         let (send_cq, recv_cq, srq) = unsafe {
-            (CqRef::new(attr.send_cq), CqRef::new(attr.recv_cq), SrqRef::new(attr.srq))
+            (
+                CqRef::new(attr.send_cq),
+                CqRef::new(attr.recv_cq),
+                SrqRef::new(attr.srq),
+            )
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
             if super::ratelimit() {
@@ -159,7 +173,14 @@ impl<T: DeviceOps> IbDevice<T> {
             (*qp).qp_num = qpn;
             PdId::of((*qp).pd)
         };
-        let init = QpInit { attr, qpn, pd, send_cq, recv_cq, srq };
+        let init = QpInit {
+            attr,
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        };
         let data = match T::create_qp(dev, init, udata.as_mut()) {
             Ok(d) => d,
             Err(e) => {
@@ -212,8 +233,13 @@ impl<T: DeviceOps> IbDevice<T> {
         _udata: *mut bindings::ib_udata,
     ) -> c_int {
         // SAFETY: a live QP and valid attributes.
-        let (dev, obj, attr) =
-            unsafe { (Self::from_raw((*qp).device), IbQp::<T::Qp>::from_raw(qp), &*attr) };
+        let (dev, obj, attr) = unsafe {
+            (
+                Self::from_raw((*qp).device),
+                IbQp::<T::Qp>::from_raw(qp),
+                &*attr,
+            )
+        };
         errno(T::modify_qp(dev, obj, attr, mask as u32))
     }
 
@@ -231,7 +257,12 @@ impl<T: DeviceOps> IbDevice<T> {
         }
         // SAFETY: a live QP and exclusively borrowed output buffers.
         let (dev, obj, attr, init) = unsafe {
-            (Self::from_raw((*qp).device), IbQp::<T::Qp>::from_raw(qp), &mut *attr, &mut *init)
+            (
+                Self::from_raw((*qp).device),
+                IbQp::<T::Qp>::from_raw(qp),
+                &mut *attr,
+                &mut *init,
+            )
         };
         // SAFETY: the QP is live; the core set these at creation and never changes them.
         unsafe {
@@ -252,7 +283,12 @@ impl<T: DeviceOps> IbDevice<T> {
         bad: *mut *const bindings::ib_send_wr,
     ) -> c_int {
         // SAFETY: a live QP; the list is valid for the call (core post contract).
-        let (obj, list) = unsafe { (IbQp::<T::Qp>::from_raw(qp), WrList::<SendWr>::new(wr.cast())) };
+        let (obj, list) = unsafe {
+            (
+                IbQp::<T::Qp>::from_raw(qp),
+                WrList::<SendWr>::new(wr.cast()),
+            )
+        };
         match T::post_send(obj, list) {
             Ok(()) => 0,
             Err(PostError { error, bad: b }) => {
@@ -275,7 +311,12 @@ impl<T: DeviceOps> IbDevice<T> {
         bad: *mut *const bindings::ib_recv_wr,
     ) -> c_int {
         // SAFETY: as in `post_send_c`.
-        let (obj, list) = unsafe { (IbQp::<T::Qp>::from_raw(qp), WrList::<RecvWr>::new(wr.cast())) };
+        let (obj, list) = unsafe {
+            (
+                IbQp::<T::Qp>::from_raw(qp),
+                WrList::<RecvWr>::new(wr.cast()),
+            )
+        };
         match T::post_recv(obj, list) {
             Ok(()) => 0,
             Err(PostError { error, bad: b }) => {
@@ -296,11 +337,18 @@ impl<T: DeviceOps> IbDevice<T> {
     /// # Safety
     ///
     /// As for `create_cq_c`.
-    pub(super) unsafe extern "C" fn iw_get_qp_c(raw: *mut bindings::ib_device, qpn: c_int) -> *mut bindings::ib_qp {
+    pub(super) unsafe extern "C" fn iw_get_qp_c(
+        raw: *mut bindings::ib_device,
+        qpn: c_int,
+    ) -> *mut bindings::ib_qp {
         // SAFETY: a live device of this type.
         let dev = unsafe { Self::from_raw(raw) };
-        let Ok(qpn) = u32::try_from(qpn) else { return core::ptr::null_mut() };
-        dev.qps.with(qpn, |p| p.cast::<bindings::ib_qp>()).unwrap_or(core::ptr::null_mut())
+        let Ok(qpn) = u32::try_from(qpn) else {
+            return core::ptr::null_mut();
+        };
+        dev.qps
+            .with(qpn, |p| p.cast::<bindings::ib_qp>())
+            .unwrap_or(core::ptr::null_mut())
     }
 
     /// `iw_add_ref`: a reference that keeps `destroy_qp` from freeing the QP.
@@ -335,7 +383,8 @@ impl<T: DeviceOps> IbDevice<T> {
         udata: *mut bindings::ib_udata,
     ) -> c_int {
         // SAFETY: the core passes a zeroed SRQ of `size_ib_srq` octets of a live device.
-        let (dev, attr, mut udata) = unsafe { (Self::from_raw((*srq).device), &mut *attr, user(udata)) };
+        let (dev, attr, mut udata) =
+            unsafe { (Self::from_raw((*srq).device), &mut *attr, user(udata)) };
         let init = match T::create_srq(dev, attr, udata.as_mut()) {
             Ok(i) => i,
             Err(e) => return e.to_errno(),
@@ -352,7 +401,12 @@ impl<T: DeviceOps> IbDevice<T> {
         _udata: *mut bindings::ib_udata,
     ) -> c_int {
         // SAFETY: a live SRQ no QP uses any more (the core keeps use counts).
-        let (dev, obj) = unsafe { (Self::from_raw((*srq).device), IbSrq::<T::Srq>::from_raw(srq)) };
+        let (dev, obj) = unsafe {
+            (
+                Self::from_raw((*srq).device),
+                IbSrq::<T::Srq>::from_raw(srq),
+            )
+        };
         T::destroy_srq(dev, obj);
         // SAFETY: no verb runs on it any more.
         unsafe { IbSrq::<T::Srq>::drop_data(srq) };
@@ -395,7 +449,12 @@ impl<T: DeviceOps> IbDevice<T> {
         bad: *mut *const bindings::ib_recv_wr,
     ) -> c_int {
         // SAFETY: as in `post_send_c`.
-        let (obj, list) = unsafe { (IbSrq::<T::Srq>::from_raw(srq), WrList::<RecvWr>::new(wr.cast())) };
+        let (obj, list) = unsafe {
+            (
+                IbSrq::<T::Srq>::from_raw(srq),
+                WrList::<RecvWr>::new(wr.cast()),
+            )
+        };
         match T::post_srq_recv(obj, list) {
             Ok(()) => 0,
             Err(PostError { error, bad: b }) => {
@@ -436,7 +495,10 @@ impl<T: DeviceOps> IbDevice<T> {
     /// # Safety
     ///
     /// As for `create_cq_c`.
-    pub(super) unsafe extern "C" fn get_dma_mr_c(pd: *mut bindings::ib_pd, access: c_int) -> *mut bindings::ib_mr {
+    pub(super) unsafe extern "C" fn get_dma_mr_c(
+        pd: *mut bindings::ib_pd,
+        access: c_int,
+    ) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of a live device of this type.
         let dev = unsafe { Self::from_raw((*pd).device) };
         match T::get_dma_mr(dev, PdId::of(pd), access) {
@@ -463,7 +525,9 @@ impl<T: DeviceOps> IbDevice<T> {
         }
         // SAFETY: a live PD of a live device; null or valid user data.
         let (dev, udata) = unsafe { (Self::from_raw((*pd).device), user(udata)) };
-        let Some(mut udata) = udata else { return EINVAL.to_ptr() };
+        let Some(mut udata) = udata else {
+            return EINVAL.to_ptr();
+        };
         let r = match T::reg_user_mr(dev, PdId::of(pd), start, len, iova, access, &mut udata) {
             Ok((stag, init)) => Self::new_mr(stag, init),
             Err(e) => e.to_ptr(),

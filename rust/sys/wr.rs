@@ -114,7 +114,10 @@ impl SendWr {
             if len == 0 {
                 continue;
             }
-            let end = at.checked_add(len).filter(|&e| e <= dst.len()).ok_or(EINVAL)?;
+            let end = at
+                .checked_add(len)
+                .filter(|&e| e <= dst.len())
+                .ok_or(EINVAL)?;
             let src = sge.addr as usize as *const u8;
             // SAFETY: with virtual DMA a kernel consumer's SGE addresses are kernel virtual
             // addresses of at least `length` readable octets (core post contract); `dst`
@@ -153,7 +156,10 @@ pub(crate) struct WrList<'a, W> {
 
 impl<W> Clone for WrList<'_, W> {
     fn clone(&self) -> Self {
-        Self { next: self.next, _p: PhantomData }
+        Self {
+            next: self.next,
+            _p: PhantomData,
+        }
     }
 }
 
@@ -163,7 +169,10 @@ impl<'a, W> WrList<'a, W> {
     /// `head` is null or the head of a list of valid, unchanging work requests for `'a`
     /// (the core's post contract).
     pub(super) unsafe fn new(head: *const W) -> Self {
-        Self { next: head, _p: PhantomData }
+        Self {
+            next: head,
+            _p: PhantomData,
+        }
     }
 
     /// Returns whether the list is empty.
