@@ -13,6 +13,7 @@ RSIW_TRANSPORT_SELFTEST=siw runs the same steps over the C siw (to check the tes
 import glob
 import json
 import os
+import re
 import time
 
 import pytest
@@ -38,18 +39,20 @@ def rmmod(name):
 
 
 def nvme_block_devices():
-    """The namespaces of NVMe controllers whose subsystem is NQN."""
+    """The block devices of namespaces of subsystem NQN: /sys/block/nvmeXnY whose device
+    (the controller, or with native multipath the subsystem head) names NQN. Multipath's
+    per-path nvmeXcYnZ devices are hidden (no /dev node) and not returned."""
     devs = []
-    for ctrl in glob.glob("/sys/class/nvme/nvme*"):
+    for blk in glob.glob("/sys/block/nvme*n*"):
+        name = os.path.basename(blk)
+        if not re.fullmatch(r"nvme\d+n\d+", name):
+            continue
         try:
-            with open(f"{ctrl}/subsysnqn") as f:
-                if f.read().strip() != NQN:
-                    continue
+            with open(f"{blk}/device/subsysnqn") as f:
+                if f.read().strip() == NQN:
+                    devs.append(name)
         except OSError:
             continue
-        name = os.path.basename(ctrl)
-        devs += [os.path.basename(p) for p in glob.glob(f"{ctrl}/{name}n*")]
-        devs += [os.path.basename(p) for p in glob.glob(f"{ctrl}/nvme*c*n*")]
     return devs
 
 

@@ -627,6 +627,17 @@ def test_rping_loopback(loop_dev, procs, tmp_path, params):
     report(check_rping("rping", RPING_COUNT, *res))
 
 
+def test_rping_loopback_ipv6(loop_dev, procs, tmp_path):
+    """rping rsiw <-> rsiw over IPv6 (an AF_INET6 listener, connect and socket)."""
+    loop_dev()
+    addr = "fd00:91::1"
+    sh(f"ip -6 addr add {addr}/64 dev {LOOP_NET[0]} nodad")
+    p = port()
+    server, client = rping_argvs(addr, p, 20)
+    res = pair(procs, tmp_path, "rping6", server, client, DUT, addr, p)
+    report(check_rping("rping6", 20, *res))
+
+
 # --- 2. perftest, rsiw <-> rsiw -------------------------------------------------
 
 @pytest.mark.parametrize("tool", ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_send_lat",
