@@ -27,7 +27,7 @@ use crate::sys::ibdev::IbDevice;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
 use crate::wire::mpa::RtrSet;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
@@ -74,6 +74,39 @@ fn rtr_types() -> RtrSet {
         send: false,
         write: m & 1 != 0,
         read: m & 2 != 0,
+    }
+}
+
+/// The shortest MPA startup timeout (`mpa_timeout_ms` below it is raised to it).
+const MIN_MPA_TIMEOUT_MS: u32 = 100;
+
+/// Startup timers armed (their handles alive) in the whole module.
+static ARMED: AtomicUsize = AtomicUsize::new(0);
+
+/// An armed MPA startup timer: dropping it cancels the timer (waiting for a running
+/// callback) and releases the CEP reference the timer holds. Callers hold a reference
+/// of their own, so that is never the CEP's last.
+struct Armed(Option<ArcHrTimerHandle<Cep>>);
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        ARMED.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Held by the module: dropping it (module exit, after the devices are gone) waits until
+/// no startup timer is armed. A CEP still in its MPA startup when its device went away
+/// (a peer that connected and stayed silent) holds a timer that fires within
+/// `mpa_timeout_ms` and closes it; the timer's callback is module code, so the module
+/// must outlive it.
+pub(crate) struct StartupTimers;
+
+impl Drop for StartupTimers {
+    fn drop(&mut self) {
+        while ARMED.load(Ordering::Acquire) != 0 {
+            kernel::time::delay::fsleep(Delta::from_millis(20));
+        }
     }
 }
 
@@ -199,7 +232,7 @@ struct Inner {
     ird: u32,
     ord: u32,
     /// The running MPA startup timer (AwaitRequest, AwaitReply); dropping it cancels it.
-    timer: Option<ArcHrTimerHandle<Cep>>,
+    timer: Option<Armed>,
 }
 
 /// A connection endpoint (see the module documentation).
@@ -503,13 +536,18 @@ impl Cep {
         Ok(())
     }
 
-    /// Starts the MPA startup timer (`mpa_timeout_ms`, 0: none) for the state just
-    /// entered: the peer's Request or Reply must arrive in time.
+    /// Starts the MPA startup timer (`mpa_timeout_ms`, at least [`MIN_MPA_TIMEOUT_MS`])
+    /// for the state just entered: the peer's Request or Reply must arrive in time.
     fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
-        let ms = crate::module_parameters::mpa_timeout_ms.value();
-        if ms > 0 {
-            g.timer = Some(this.clone().start(Delta::from_millis(i64::from(ms))));
-        }
+        // Always armed: a half-open connection must end before the module can unload
+        // (its socket callbacks are module code).
+        let ms = crate::module_parameters::mpa_timeout_ms
+            .value()
+            .max(MIN_MPA_TIMEOUT_MS);
+        ARMED.fetch_add(1, Ordering::AcqRel);
+        g.timer = Some(Armed(Some(
+            this.clone().start(Delta::from_millis(i64::from(ms))),
+        )));
     }
 
     fn close_locked(g: &mut Inner) {

@@ -68,7 +68,7 @@ module! {
         },
         mpa_timeout_ms: u32 {
             default: 10000,
-            description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (0: wait forever)",
+            description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100)",
         },
         p2p_rtr: u32 {
             default: 3,
@@ -89,6 +89,8 @@ struct Rsiw {
     _link: sys::link::LinkRegistration<device::Link>,
     _notifier: sys::netdev::NotifierRegistration<device::Link>,
     _registry: sys::ibdev::Registry,
+    /// Waits for the MPA startup timers of connections that outlived their devices.
+    _timers: cm::StartupTimers,
     /// Dropped last (fields drop in order): drains the work of the devices removed above.
     _wq: sys::WorkQueue,
 }
@@ -104,6 +106,7 @@ impl kernel::Module for Rsiw {
             _link: link,
             _notifier: notifier,
             _registry: registry,
+            _timers: cm::StartupTimers,
             _wq: wq,
         })
     }

@@ -38,34 +38,26 @@ def rmmod(name):
         assert not module_loaded(name), f"{name} still loaded after rmmod"
 
 
+def names_nqn(dev):
+    """Whether sysfs device directory `dev` has a `subsysnqn` that is NQN."""
+    try:
+        with open(f"{dev}/subsysnqn") as f:
+            return f.read().strip() == NQN
+    except OSError:
+        return False
+
+
 def nvme_block_devices():
     """The block devices of namespaces of subsystem NQN: /sys/block/nvmeXnY whose device
     (the controller, or with native multipath the subsystem head) names NQN. Multipath's
     per-path nvmeXcYnZ devices are hidden (no /dev node) and not returned."""
-    devs = []
-    for blk in glob.glob("/sys/block/nvme*n*"):
-        name = os.path.basename(blk)
-        if not re.fullmatch(r"nvme\d+n\d+", name):
-            continue
-        try:
-            with open(f"{blk}/device/subsysnqn") as f:
-                if f.read().strip() == NQN:
-                    devs.append(name)
-        except OSError:
-            continue
-    return devs
+    return [os.path.basename(b) for b in glob.glob("/sys/block/nvme*n*")
+            if re.fullmatch(r"nvme\d+n\d+", os.path.basename(b)) and names_nqn(f"{b}/device")]
 
 
 def controllers():
-    out = []
-    for ctrl in glob.glob("/sys/class/nvme/nvme*"):
-        try:
-            with open(f"{ctrl}/subsysnqn") as f:
-                if f.read().strip() == NQN:
-                    out.append(ctrl)
-        except OSError:
-            pass
-    return out
+    """The NVMe controllers connected to subsystem NQN."""
+    return [c for c in glob.glob("/sys/class/nvme/nvme*") if names_nqn(c)]
 
 
 @pytest.fixture
