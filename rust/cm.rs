@@ -44,7 +44,9 @@ const MAX_BACKLOG: i32 = 128;
 /// The MPA startup configuration from the module parameters.
 fn startup_config(ird: u32, ord: u32) -> Config {
     let p = &crate::module_parameters::mpa_rev;
-    let mode = if p.value() == 1 {
+    let mode = if crate::module_parameters::mpa_draft_rtr.value() {
+        Mode::DraftRtr { rtr: true }
+    } else if p.value() == 1 {
         Mode::Basic
     } else {
         Mode::Enhanced(EnhancedConfig {
@@ -210,6 +212,9 @@ enum State {
     AwaitRequest,
     /// Passive: CONNECT_REQUEST reported, waiting for the consumer's accept or reject.
     AwaitAccept,
+    /// Passive, seed draft mode: accepted (Reply with S=1 sent), waiting for the
+    /// Initiator's Rtr frame before the transport starts and ESTABLISHED is reported.
+    AwaitRtr,
     /// Startup done; the connection belongs to the transport (or is being handed over).
     Established,
     /// Failed, rejected or closed; the socket is gone.
@@ -384,20 +389,22 @@ impl Cep {
         if g.state != State::AwaitAccept {
             return Err(EINVAL);
         }
-        let r = Self::do_accept(&mut g, id, &param);
+        let r = Self::do_accept(&this, &mut g, id, &param);
         if r.is_err() {
+            // iw_cm expects no event after a failed accept.
+            g.id = None;
             Self::close_locked(&mut g);
         }
         r
     }
 
-    fn do_accept(g: &mut Inner, id: CmId<Device>, param: &ConnParam) -> Result {
-        let qp = id.qp_ref(param.qpn).ok_or_else(|| {
+    fn do_accept(this: &Arc<Self>, g: &mut Inner, id: CmId<Device>, param: &ConnParam) -> Result {
+        if id.qp_ref(param.qpn).is_none() {
             if crate::sys::ratelimit() {
                 pr_warn!("accept: no QP {}\n", param.qpn);
             }
-            EINVAL
-        })?;
+            return Err(EINVAL);
+        }
         let ird = param.ird.min(MAX_IRD_ORD);
         let ord = param.ord.min(MAX_IRD_ORD);
         let st = g.startup.as_mut().ok_or(EINVAL)?;
@@ -409,15 +416,40 @@ impl Cep {
             EINVAL
         })?;
         Self::flush_tx(g).map_err(|_| ECONNRESET)?;
+        g.id = Some(id);
+        g.qpn = param.qpn;
+        g.ird = ird;
+        g.ord = ord;
         let st = g.startup.as_ref().ok_or(EINVAL)?;
-        if st.status() != Status::Established {
-            // The draft Rtr-frame mode waits for the Initiator's Rtr frame first.
-            if crate::sys::ratelimit() {
-                pr_warn!("accept: MPA startup did not complete ({:?})\n", st.status());
+        match st.status() {
+            Status::Established => Self::passive_established(g),
+            Status::AwaitingRtr => {
+                // Seed draft: the transport starts once the Rtr frame arrived (the work
+                // item); it may be in the socket already.
+                g.state = State::AwaitRtr;
+                Self::arm_timer(this, g);
+                let _ = crate::sys::queue().enqueue(this.clone());
+                Ok(())
             }
-            return Err(EOPNOTSUPP);
+            other => {
+                if crate::sys::ratelimit() {
+                    pr_warn!("accept: MPA startup did not complete ({other:?})\n");
+                }
+                Err(EINVAL)
+            }
         }
+    }
+
+    /// Passive side, MPA startup complete (after the Reply, or the draft Rtr frame): the
+    /// transport takes the connection on the accepting QP and iw_cm gets ESTABLISHED.
+    fn passive_established(g: &mut Inner) -> Result {
+        let st = g.startup.as_ref().ok_or(EINVAL)?;
         let n = *st.negotiated().ok_or(EINVAL)?;
+        let (ird, ord) = (g.ird, g.ord);
+        let qp =
+            g.id.as_ref()
+                .and_then(|id| id.qp_ref(g.qpn))
+                .ok_or(EINVAL)?;
         let (ird, ord) = n
             .ird_ord
             .map_or((ird, ord), |x| (u32::from(x.ird), u32::from(x.ord)));
@@ -426,8 +458,7 @@ impl Cep {
         g.startup = None;
         g.state = State::Established;
         g.timer = None;
-        let mut id = Some(id);
-        Conn::establish(qp, sock, &mut id, &n, ird, ord, |id| {
+        Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
             let ev = CmEvent {
                 kind: CmEventKind::Established,
                 status: 0,
@@ -444,6 +475,13 @@ impl Cep {
     /// `iw_reject`: sends an MPA Reply with R=1 and the consumer's private data, then closes.
     pub(crate) fn reject(this: Arc<Self>, pdata: &[u8]) -> Result {
         let mut g = this.inner.lock();
+        if g.state == State::AwaitRtr {
+            // The consumer destroyed its id while the Rtr frame was awaited (iw_cm then
+            // rejects): the Reply is out already, the connection just closes.
+            g.id = None;
+            Self::close_locked(&mut g);
+            return Ok(());
+        }
         if g.state != State::AwaitAccept {
             return Err(EINVAL);
         }
@@ -509,6 +547,8 @@ impl Cep {
     /// Active side, MPA Reply accepted: the transport takes the connection and the
     /// consumer gets CONNECT_REPLY with status 0 and the peer's private data.
     fn connected(g: &mut Inner) -> Result {
+        // Seed draft mode: the engine queued the Rtr frame behind the Reply it accepted.
+        Self::flush_tx(g)?;
         let st = g.startup.as_ref().ok_or(EINVAL)?;
         let n = *st.negotiated().ok_or(EINVAL)?;
         let pd = n.private_data;
@@ -563,6 +603,29 @@ impl Cep {
         g.listener = None;
     }
 
+    /// An accepted connection failed before it was established (draft mode: no valid Rtr
+    /// frame): iw_cm's id waits for ESTABLISHED (a CLOSE before it is not allowed), so it
+    /// gets ESTABLISHED and then CLOSE with `-ECONNRESET`; the QP never entered RTS.
+    fn fail_accepted(g: &mut Inner) {
+        let addrs = g.addrs;
+        Self::close_locked(g);
+        if let Some(id) = g.id.take() {
+            let est = CmEvent {
+                kind: CmEventKind::Established,
+                status: 0,
+                addrs,
+                private_data: &[],
+                ird: 0,
+                ord: 0,
+            };
+            let _ = id.event(&est);
+            let _ = id.event(&CmEvent::simple(
+                CmEventKind::Close,
+                -(crate::sys::bindings::ECONNRESET as i32),
+            ));
+        }
+    }
+
     /// The MPA startup timer fired: a passive CEP without the peer's Request closes
     /// silently (no consumer knows it yet), an active one reports CONNECT_REPLY with
     /// `-ETIMEDOUT`. Returns whether the CEP closed.
@@ -596,6 +659,13 @@ impl Cep {
                     };
                     let _ = id.event(&ev);
                 }
+                true
+            }
+            State::AwaitRtr => {
+                if crate::sys::ratelimit() {
+                    pr_warn!("accept: no Rtr frame within mpa_timeout_ms\n");
+                }
+                Self::fail_accepted(g);
                 true
             }
             // Answered in time; the timer raced with its cancellation.
@@ -687,6 +757,25 @@ impl Cep {
                         ord: 0,
                     };
                     let _ = id.event(&ev);
+                }
+            }
+            State::AwaitRtr => {
+                match Self::receive(g) {
+                    Status::AwaitingRtr => {}
+                    Status::Established => {
+                        if let Err(e) = Self::passive_established(g) {
+                            if crate::sys::ratelimit() {
+                                pr_warn!("accept: cannot start the transport ({e:?})\n");
+                            }
+                            Self::fail_accepted(g);
+                        }
+                    }
+                    other => {
+                        if crate::sys::ratelimit() {
+                            pr_warn!("MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n");
+                        }
+                        Self::fail_accepted(g);
+                    }
                 }
             }
             State::AwaitAccept => {

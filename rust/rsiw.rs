@@ -66,6 +66,10 @@ module! {
             default: false,
             description: "Request the RFC 6581 peer-to-peer model (an RTR message before the first ULP message)",
         },
+        mpa_draft_rtr: bool {
+            default: false,
+            description: "Use the 2007 seed draft's Rtr frame: MPA Rev 1 where S means 'Rtr frame follows'; the Initiator sends an MPA ID Rtr Frame after the Reply (overrides mpa_rev and peer_to_peer)",
+        },
         mpa_timeout_ms: u32 {
             default: 10000,
             description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100)",
