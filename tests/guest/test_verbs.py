@@ -110,8 +110,9 @@ def test_query_device_reports_limits(ctx):
     assert a.max_mr == 262144 and a.max_pd == 65536
     assert a.max_cqe == MAX_CQE and a.max_qp_wr == MAX_QP_WR and a.max_srq_wr == MAX_SRQ_WR
     assert a.max_sge == MAX_SGE and a.max_srq_sge == MAX_SGE and a.max_sge_rd == 1
-    # Fast registration work requests come with the transport slice.
-    assert not a.device_cap_flags & e.IBV_DEVICE_MEM_MGT_EXTENSIONS
+    # REG_MR and LOCAL_INV work requests (kernel ULPs: NVMe-oF, see test_nvmeof.py).
+    assert a.device_cap_flags & e.IBV_DEVICE_MEM_MGT_EXTENSIONS
+    assert a.max_qp_rd_atom == 32 and a.max_qp_init_rd_atom == 32
 
 
 def test_objects_create_destroy_and_show_in_restrack(ctx):
