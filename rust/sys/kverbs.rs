@@ -794,9 +794,8 @@ impl<'p, T: DeviceOps> KMr<'p, T> {
             return EINVAL.to_errno();
         };
         let mut sg = bindings::scatterlist::zeroed();
-        // SAFETY: `sg` is a valid single-entry table; `buf` is linear-map memory of `len`
-        // octets that outlives the call (the MR only records addresses). With virtual DMA
-        // the mapping stores the kernel virtual address, as `ib_dma_map_sg` would.
+        // SAFETY: `sg` is a single-entry table for `len` octets of linear-map `buf`, which
+        // outlives the call; virtual DMA maps it to its kernel address, as the core would.
         unsafe {
             bindings::sg_init_one(&mut sg, buf.as_ptr().cast(), len);
             if bindings::ib_dma_virt_map_sg((*self.raw.as_ptr()).device, &mut sg, 1) != 1 {

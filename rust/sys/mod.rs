@@ -164,8 +164,7 @@ impl Drop for WorkQueue {
 
 /// The queue of [`WorkQueue`] for enqueueing rsiw's work items.
 pub(crate) fn queue() -> &'static kernel::workqueue::Queue {
-    // SAFETY: work is queued only by rsiw's objects, which exist between module init and
-    // the `WorkQueue`'s drop at module exit; `destroy_workqueue` drains the queue before
-    // it goes, so the reference is never used after.
+    // SAFETY: only rsiw's objects queue work, between module init and the `WorkQueue`'s
+    // drop at exit, which drains the queue before destroying it.
     unsafe { kernel::workqueue::Queue::from_raw(bindings::rsiw_wq_get().cast()) }
 }

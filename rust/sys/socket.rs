@@ -432,9 +432,9 @@ impl SockOps {
     ///
     /// As [`Self::send`].
     pub(super) fn send_kvecs(&self, vecs: &mut [b::kvec], len: usize, more: bool) -> Result<usize> {
-        // SAFETY: valid socket; the caller's kvecs describe readable memory
-        // (`IoList` invariant) that `kernel_sendmsg` copies before returning.
         let ret =
+            // SAFETY: valid socket; the kvecs describe readable memory (`IoList`
+            // invariant) that `kernel_sendmsg` copies before returning.
             unsafe { b::rsiw_send_kvec(self.0.as_ptr(), vecs.as_mut_ptr(), vecs.len(), len, more) };
         if ret < 0 {
             return Err(Error::from_errno(ret));

@@ -145,9 +145,9 @@ impl<T: DeviceOps> IbDevice<T> {
         attr: *mut bindings::ib_qp_init_attr,
         udata: *mut bindings::ib_udata,
     ) -> c_int {
-        // SAFETY: the core passes a zeroed QP of `size_ib_qp` octets (with `device`, `pd`
-        // set) of a live rsiw device, valid attributes and null or valid user data.
         let (dev, attr, mut udata) =
+            // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
+            // device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
         // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
         // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
@@ -573,9 +573,8 @@ impl<T: DeviceOps> IbDevice<T> {
         if let Err(e) = T::mr_map_begin(obj) {
             return e.to_errno();
         }
-        // SAFETY: the consumer passes a DMA-mapped scatterlist of `nents` entries and an
-        // optional offset; `ib_sg_to_pages` sets `iova`/`length` and calls `set_page_c`
-        // with this MR.
+        // SAFETY: a DMA-mapped scatterlist of `nents` entries from the consumer;
+        // `ib_sg_to_pages` sets `iova`/`length` and calls `set_page_c` with this MR.
         let n = unsafe { bindings::ib_sg_to_pages(mr, sg, nents, offset, Some(Self::set_page_c)) };
         if n > 0 {
             // SAFETY: the MR is live; `ib_sg_to_pages` just set these fields and the

@@ -119,9 +119,8 @@ impl SendWr {
                 .filter(|&e| e <= dst.len())
                 .ok_or(EINVAL)?;
             let src = sge.addr as usize as *const u8;
-            // SAFETY: with virtual DMA a kernel consumer's SGE addresses are kernel virtual
-            // addresses of at least `length` readable octets (core post contract); `dst`
-            // has room for them (checked above) and cannot overlap consumer memory we read.
+            // SAFETY: virtual DMA: the SGE is `length` readable octets at a kernel address
+            // (core post contract); `dst[at..end]` is ours, checked above, no overlap.
             unsafe { core::ptr::copy_nonoverlapping(src, dst[at..end].as_mut_ptr(), len) };
             at = end;
         }
