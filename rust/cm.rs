@@ -64,16 +64,17 @@ fn startup_config(ird: u32, ord: u32) -> Config {
     }
 }
 
-/// The RTR types of the `p2p_rtr` module parameter (RFC 6581 §9.2 flags C and D). A
-/// zero-length Send RTR is never offered nor accepted: it would consume one of the
-/// Responder's receive WQEs (RFC 5040 §5.3) that the ULP posted for its own messages.
+/// The RTR types of the `p2p_rtr` module parameter (RFC 6581 §9.2 flags B, C and D): a
+/// mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send;
+/// 0 means all three. The Responder takes a Send RTR without consuming a receive WQE (see
+/// [`crate::conn`]).
 fn rtr_types() -> RtrSet {
-    let m = match crate::module_parameters::p2p_rtr.value() & 3 {
-        0 => 3,
+    let m = match crate::module_parameters::p2p_rtr.value() & 7 {
+        0 => 7,
         m => m,
     };
     RtrSet {
-        send: false,
+        send: m & 4 != 0,
         write: m & 1 != 0,
         read: m & 2 != 0,
     }

@@ -27,9 +27,15 @@
 //!
 //! # What is not here
 //!
-//! Atomics and Immediate Data (RFC 7306) are not negotiated; a zero-length Send RTR
-//! (RFC 6581) is not negotiated (Write and Read RTRs are: sent first by the Initiator,
-//! awaited by the Responder).
+//! Atomics and Immediate Data (RFC 7306) are not negotiated.
+//!
+//! # Peer-to-peer RTR (RFC 6581 §5)
+//!
+//! The Initiator sends the negotiated zero-length RTR message (Write, Read or Send) before
+//! anything else; the Responder holds its own FPDUs until the first FPDU arrived. A
+//! zero-length Send RTR (MSN 1 on QN 0) is taken by the Responder without a receive WQE
+//! and without a completion: it is a connection-setup message, not one for the ULP, whose
+//! receive WQEs stay for its own Sends (MSN 2 on).
 
 use crate::device::Device;
 use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
@@ -160,6 +166,8 @@ struct Inner {
     /// Initiator: the zero-length Read RTR is outstanding (its Read Response is the first
     /// to arrive and completes nothing).
     rtr_read_out: bool,
+    /// Responder: a zero-length Send RTR was negotiated and has not arrived yet.
+    rtr_send_in: bool,
     ord: u32,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<Fpdu>,
@@ -245,6 +253,7 @@ impl Conn {
                     gate_closed,
                     rtr_pending,
                     rtr_read_out: false,
+                    rtr_send_in: responder && n.p2p && n.rtr == Some(RtrType::Send),
                     ord: ord_v,
                     job: None,
                     fpdu: None,
@@ -394,6 +403,7 @@ impl Conn {
             responses,
             pd,
             rtr_read_out,
+            rtr_send_in,
             ..
         } = g
         else {
@@ -407,6 +417,7 @@ impl Conn {
             reads_out: RefCell::new(reads_out),
             responses: RefCell::new(responses),
             rtr_read: Cell::new(*rtr_read_out),
+            rtr_send: Cell::new(*rtr_send_in),
             terminated: Cell::new(false),
         };
         let mut result = Ok(());
@@ -427,6 +438,7 @@ impl Conn {
         });
         let peer_term = ctx.terminated.get() || rx.state() == RxState::PeerTerminated;
         *rtr_read_out = ctx.rtr_read.get();
+        *rtr_send_in = ctx.rtr_send.get();
         *rx_msg = ctx.msg.into_inner();
         if rx.mpa().fpdus() != before {
             g.gate_closed = false;
@@ -1003,6 +1015,8 @@ struct RxCtx<'a> {
     responses: RefCell<&'a mut KVec<ReadRequest>>,
     /// The zero-length Read RTR is outstanding (see `Inner::rtr_read_out`).
     rtr_read: Cell<bool>,
+    /// The zero-length Send RTR is still expected (see `Inner::rtr_send_in`).
+    rtr_send: Cell<bool>,
     terminated: Cell<bool>,
 }
 
@@ -1133,6 +1147,8 @@ impl MemoryLookup for RxMem<'_, '_> {
         len: u32,
         access: Access,
     ) -> Result<(), TaggedCheck> {
+        // A tagged first FPDU: whatever the Initiator sent, it was not the Send RTR.
+        self.0.rtr_send.set(false);
         self.0
             .qp
             .device()
@@ -1149,6 +1165,15 @@ impl MemoryLookup for RxMem<'_, '_> {
     ) -> Result<(), UntaggedCheck> {
         if qn != 0 {
             return Err(UntaggedCheck::NoBuffer);
+        }
+        if self.0.rtr_send.get() {
+            if self.0.is_send_rtr(msn, mo, len) {
+                // Completed by `message_done` without a receive WQE.
+                return Ok(());
+            }
+            // The first message is not the negotiated RTR: it is the ULP's (RFC 6581
+            // does not say more; like the C siw, rsiw takes it as it comes).
+            self.0.rtr_send.set(false);
         }
         // Never borrowed twice (the decoder calls one hook at a time); `try_borrow_mut`
         // keeps the panic path out of the RX path all the same.
@@ -1189,6 +1214,12 @@ impl MemoryLookup for RxMem<'_, '_> {
 }
 
 impl RxCtx<'_> {
+    /// Whether an untagged segment (QN 0) at `msn`/`mo` of `len` octets is the zero-length
+    /// Send RTR: the first Send (MSN 1, RFC 5041 §5.1), empty and in one segment.
+    fn is_send_rtr(&self, msn: u32, mo: u32, len: u32) -> bool {
+        msn == 1 && mo == 0 && len == 0
+    }
+
     /// Takes the next receive WQE for message `msn` and resolves its SGEs for local write.
     fn take_rqe(&self, msn: u32) -> Result<RxMsg, UntaggedCheck> {
         let qp = self.qp.qp();
@@ -1272,6 +1303,17 @@ struct RxEv<'a, 'x>(&'a RxCtx<'x>);
 impl RxEvents for RxEv<'_, '_> {
     fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
         let qp = self.0.qp.qp();
+        if self.0.rtr_send.get() {
+            self.0.rtr_send.set(false);
+            if self.0.is_send_rtr(msg.msn, 0, msg.len) {
+                // The Send RTR (see `check_untagged`): nothing to complete. An Invalidate
+                // variant was checked by `check_invalidate` and is honoured.
+                if let Some(stag) = msg.inval_stag {
+                    let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
+                }
+                return Ok(());
+            }
+        }
         let Some(m) = self.0.msg.try_borrow_mut().ok().and_then(|mut m| m.take()) else {
             return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
         };
@@ -1325,6 +1367,7 @@ impl RxEvents for RxEv<'_, '_> {
     }
 
     fn read_request(&mut self, req: &ReadRequest) -> Result<(), TermCause> {
+        self.0.rtr_send.set(false);
         // The decoder enforces IRD; capacity for IRD requests was reserved.
         self.0
             .responses

@@ -75,8 +75,8 @@ module! {
             description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100)",
         },
         p2p_rtr: u32 {
-            default: 3,
-            description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read (0 means 3; zero-length Send is not supported)",
+            default: 7,
+            description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send (0 means 7)",
         },
         max_mr: u32 {
             default: 262144,
