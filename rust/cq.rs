@@ -255,7 +255,9 @@ impl Cq {
             }
         }
         this.ring.write(idx, &cqe);
-        this.ring.set_flags(idx, flags);
+        // Fenced: a user consumer arms (a store) and then polls (a load); the arm read
+        // below must not pass this CQE's publication, or both could miss the other.
+        this.ring.set_flags_fenced(idx, flags);
         pos.put = idx.wrapping_add(1);
 
         let arm = this.ring.ctrl_load();

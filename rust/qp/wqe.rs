@@ -279,7 +279,9 @@ impl Qp {
         if pos.get != slot.0 || qp.sq.flags(slot.0) & VALID == 0 {
             return Err(Stale);
         }
-        qp.sq.set_flags(slot.0, 0);
+        // Fenced: the TX path looks at the next slot after this, and libsiw skips the
+        // doorbell for a new SQE while this one still looks busy.
+        qp.sq.set_flags_fenced(slot.0, 0);
         pos.get = slot.0.wrapping_add(1);
         Ok(())
     }

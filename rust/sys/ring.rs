@@ -30,6 +30,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 use kernel::sync::atomic::{atomic_load, atomic_store, Acquire, Release};
+use kernel::sync::barrier::{smp_mb, Full};
 
 /// A zeroed vmalloc buffer, freed with `vfree` on drop.
 ///
@@ -265,6 +266,18 @@ impl<E: RingElem> Ring<E> {
                 atomic_store(p.cast::<i8>(), flags as u8 as i8, Release);
             }
         }
+    }
+
+    /// [`Ring::set_flags`], then a full barrier (`smp_mb()`): the store is ordered before
+    /// every later load of the caller. A user ring needs this where the user library
+    /// stores and then loads in the opposite order and each side acts only if it sees the
+    /// other's store (the store-buffering pattern): the SQ (the kernel releases slot `i`
+    /// and looks at slot `i + 1`; libsiw fills slot `i + 1` and rings the doorbell only
+    /// if slot `i` is free) and the CQ (the kernel publishes a CQE and reads the arm;
+    /// the consumer arms and polls). Release and acquire alone let both sides miss.
+    pub(crate) fn set_flags_fenced(&self, idx: u32, flags: u16) {
+        self.set_flags(idx, flags);
+        smp_mb(Full);
     }
 
     /// Copies slot `idx` (modulo the size) once into a kernel value. For a user ring the
