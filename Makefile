@@ -6,6 +6,7 @@
 #   make KDIR=/path      build rsiw.ko against your own Rust-enabled kernel build tree
 #   make demo            boot Debian's kernel in a VM, load rsiw, show the device
 #   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
+#   make bench           rsiw vs siw (bandwidth, latency, kernel memory) as ratios
 #   make vm-run CMD=...  run CMD as root in a VM (KERNEL=debug|stock)
 #   make host-test       only the host tests of the protocol core
 #
@@ -44,4 +45,7 @@ check:
 demo:
 	tests/demo.sh
 
-.PHONY: all module clean install host-test vm-run check demo
+bench:
+	tests/bench.sh
+
+.PHONY: all module clean install host-test vm-run check demo bench
