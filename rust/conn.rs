@@ -17,9 +17,12 @@
 //!
 //! # Execution
 //!
-//! All protocol work runs in the connection's work item (process context, serialised by
-//! the connection mutex): socket callbacks and the POST_SEND doorbell only queue it. One
-//! run reads everything the socket holds through `tcp_read_sock()` into the RX decoder
+//! Protocol work runs in the connection's work item (process context, serialised by
+//! the connection mutex): socket callbacks and kernel consumers' `post_send` only queue
+//! it. A user QP's POST_SEND doorbell sends up to [`DOORBELL_BURST`] FPDUs itself, in the
+//! consumer's syscall, when the connection is idle (its mutex free), and queues the work
+//! item for the rest; that saves the work item's wake-up on every message. One run
+//! of the work item reads everything the socket holds through `tcp_read_sock()` into the RX decoder
 //! (payload copied from the socket buffers into the target pages, nothing staged), then
 //! sends FPDUs until the SQ is empty, the send buffer is full (the write-space callback
 //! queues the work again) or a burst of [`TX_BURST`] FPDUs was sent (the work queues
@@ -67,6 +70,10 @@ use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// FPDUs one run of the work item sends before it yields (and queues itself again).
 const TX_BURST: u32 = 64;
+
+/// FPDUs a user QP's POST_SEND doorbell sends in the consumer's syscall before it leaves
+/// the rest to the work item.
+const DOORBELL_BURST: u32 = 16;
 
 /// The most inbound and outbound RDMA Read Requests a connection allows (IRD and ORD
 /// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`).
@@ -298,9 +305,27 @@ impl Conn {
         (self.ird, self.ord)
     }
 
-    /// Queues the work item (doorbell, socket events).
+    /// Queues the work item (kernel consumers' `post_send`, socket events).
     pub(crate) fn kick(self: &Arc<Self>) {
         let _ = crate::sys::queue().enqueue(self.clone());
+    }
+
+    /// The POST_SEND doorbell of a user QP, in the consumer's syscall (process context,
+    /// no lock held): if nothing else is working on the connection, sends up to
+    /// [`DOORBELL_BURST`] FPDUs of the SQ here and queues the work item only if more is
+    /// left. Otherwise (the work item or another doorbell holds the connection) it queues
+    /// the work item, which then runs after the current holder and sees the new SQEs.
+    pub(crate) fn doorbell(self: &Arc<Self>) {
+        let Some(mut g) = self.inner.try_lock() else {
+            self.kick();
+            return;
+        };
+        if g.closed {
+            return;
+        }
+        if Self::transmit(&mut g, DOORBELL_BURST) {
+            self.kick();
+        }
     }
 
     /// Closes the connection from the consumer's side (disconnect or QP destroy):
@@ -372,7 +397,7 @@ impl Conn {
         if g.closed {
             return;
         }
-        if Self::transmit(g) {
+        if Self::transmit(g, TX_BURST) {
             this.kick();
         }
         if g.closed {
@@ -457,9 +482,8 @@ impl Conn {
         }
     }
 
-    /// Sends FPDUs; returns whether it stopped only because of the burst limit.
-    fn transmit(g: &mut Inner) -> bool {
-        let mut budget = TX_BURST;
+    /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
+    fn transmit(g: &mut Inner, mut budget: u32) -> bool {
         loop {
             if g.closed {
                 return false;

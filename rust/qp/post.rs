@@ -219,11 +219,11 @@ impl Qp {
                     n.deliver(&qp.scq);
                     Ok(())
                 }
-                // In RTS the connection's TX path takes the new SQEs; in INIT and RTR
-                // they wait for it.
+                // In RTS the connection's TX path takes the new SQEs (the first ones in
+                // this syscall); in INIT and RTR they wait for it.
                 _ => {
                     if let Some(c) = Self::conn(qp) {
-                        c.kick();
+                        c.doorbell();
                     }
                     Ok(())
                 }
