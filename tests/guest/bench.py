@@ -29,7 +29,11 @@ RSIW_KO = os.environ.get("RSIW_KO", "")
 SIW_KO = os.environ.get("RSIW_SIW_KO", "")
 REPEAT = int(os.environ.get("RSIW_BENCH_REPEAT", "3"))
 NET, ADDR = "rsbench0", "10.95.0.1"
-T_RUN = 300
+T_RUN = 120
+
+
+class RunFailed(Exception):
+    """A perftest run that timed out or failed: recorded for its provider, not fatal."""
 
 _port = [19000]
 
@@ -100,9 +104,11 @@ def perftest(tool, args, sample=None):
             out, _ = cli.communicate(timeout=T_RUN)
         except subprocess.TimeoutExpired:
             os.killpg(cli.pid, signal.SIGKILL)
-            sys.exit(f"bench: {tool} {' '.join(args)} timed out")
+            cli.wait()
+            raise RunFailed(f"{tool} {' '.join(args)} timed out after {T_RUN} s")
         if cli.returncode != 0:
-            sys.exit(f"bench: {tool} {' '.join(args)} exited {cli.returncode}:\n{out}")
+            raise RunFailed(f"{tool} {' '.join(args)} exited {cli.returncode}: "
+                            + " | ".join(out.strip().splitlines()[-3:]))
         srv.wait(timeout=60)
         return out, taken
     finally:
@@ -121,7 +127,7 @@ def result_row(out):
                 f = row.split()
                 if len(f) >= 4 and f[0].isdigit() and f[1].isdigit():
                     return line.split(), f
-    sys.exit("bench: no result row in:\n" + out)
+    raise RunFailed("no result row in: " + " | ".join(out.strip().splitlines()[-3:]))
 
 
 def bw(tool, size):
@@ -170,21 +176,32 @@ def main():
             if r == 0:
                 results["module core size (octets)"][mod].append(coresize(mod))
             for name, _, fn in CASES:
-                v = fn()
+                try:
+                    v = fn()
+                except RunFailed as e:
+                    results[name][mod + " failed"] = results[name].get(mod + " failed", 0) + 1
+                    print(f"[bench] pass {r + 1}/{REPEAT} {mod:4} {name}: FAILED ({e})",
+                          flush=True)
+                    continue
                 results[name][mod].append(v)
                 print(f"[bench] pass {r + 1}/{REPEAT} {mod:4} {name}: {v:.1f}", flush=True)
             unload(mod)
     sh(f"ip link del {NET}", check=False)
 
     print("\n== rsiw vs siw (median of %d runs each; Debian's kernel under QEMU)" % REPEAT)
-    print(f"{'measure':34} {'rsiw':>12} {'siw':>12} {'rsiw/siw':>9}  better")
+    print("(runs that failed or timed out are left out of the median and counted)")
+    print(f"{'measure':34} {'rsiw':>12} {'siw':>12} {'rsiw/siw':>9}  better  failed")
     out = {}
+    nan = float("nan")
     for name, r in results.items():
-        a, b = statistics.median(r["rsiw"]), statistics.median(r["siw"])
-        ratio = a / b if b else float("nan")
+        a = statistics.median(r["rsiw"]) if r["rsiw"] else nan
+        b = statistics.median(r["siw"]) if r["siw"] else nan
+        ratio = a / b if b else nan
+        fails = {m: r.get(m + " failed", 0) for m in ("rsiw", "siw")}
         out[name] = {"rsiw": a, "siw": b, "ratio": ratio, "better": r["better"],
-                     "runs": {"rsiw": r["rsiw"], "siw": r["siw"]}}
-        print(f"{name:34} {a:12.1f} {b:12.1f} {ratio:9.2f}  {r['better']}")
+                     "runs": {"rsiw": r["rsiw"], "siw": r["siw"]}, "failed": fails}
+        failed = ", ".join(f"{m} {n}" for m, n in fails.items() if n) or "-"
+        print(f"{name:34} {a:12.1f} {b:12.1f} {ratio:9.2f}  {r['better']:6}  {failed}")
     if os.environ.get("RSIW_BENCH_OUT"):
         with open(os.environ["RSIW_BENCH_OUT"], "w") as f:
             json.dump({"kernel": os.uname().release, "repeat": REPEAT, "results": out}, f,
