@@ -4,7 +4,9 @@
  */
 #include <linux/crc32.h>
 #include <linux/highmem.h>
+#include <linux/mm.h>
 #include <linux/net.h>
+#include <linux/vmalloc.h>
 #include <linux/skbuff.h>
 #include <linux/socket.h>
 #include <linux/tcp.h>
@@ -167,19 +169,65 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
 	return kernel_sendmsg(sock, &msg, vec, nvec, len);
 }
 
-int rsiw_send_page(struct socket *sock, struct page *page, unsigned int offset, size_t len,
-		   bool more)
+/* The page holding kernel address @p (linear map or vmalloc), or NULL. */
+static struct page *rsiw_kva_page(const void *p)
 {
-	struct msghdr msg = {
-		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_SPLICE_PAGES | (more ? MSG_MORE : 0),
-	};
-	struct bio_vec bvec;
+	if (is_vmalloc_or_module_addr(p))
+		return vmalloc_to_page(p);
+	if (virt_addr_valid(p))
+		return virt_to_page(p);
+	return NULL;
+}
 
-	if (offset > PAGE_SIZE || len > PAGE_SIZE - offset)
-		return -EINVAL;
-	bvec_set_page(&bvec, page, len, offset);
-	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, &bvec, 1, len);
-	return sock_sendmsg(sock, &msg);
+/* Pages per sendmsg call of rsiw_send_kva(): 64 KiB with 4 KiB pages. */
+#define RSIW_SEND_BVECS 16
+
+int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
+		  size_t *spliced)
+{
+	struct bio_vec bvec[RSIW_SEND_BVECS];
+	size_t done = 0;
+
+	while (done < len) {
+		struct msghdr msg = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
+		size_t chunk = 0;
+		unsigned int n = 0;
+		bool splice = false;
+		int rv;
+
+		/* A run of pages that are all spliced or all copied. */
+		while (n < RSIW_SEND_BVECS && done + chunk < len) {
+			const void *p = kva + done + chunk;
+			unsigned int off = offset_in_page(p);
+			size_t l = min_t(size_t, PAGE_SIZE - off, len - done - chunk);
+			struct page *page = rsiw_kva_page(p);
+			bool ok;
+
+			if (!page)
+				return done ? done : -EFAULT;
+			ok = sendpage_ok(page);
+			if (n == 0)
+				splice = ok;
+			else if (ok != splice)
+				break;
+			bvec_set_page(&bvec[n++], page, l, off);
+			chunk += l;
+		}
+		if (splice)
+			msg.msg_flags |= MSG_SPLICE_PAGES;
+		if (more || done + chunk < len)
+			msg.msg_flags |= MSG_MORE;
+		iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, bvec, n, chunk);
+		rv = sock_sendmsg(sock, &msg);
+		if (rv < 0)
+			return done ? done : rv;
+		done += rv;
+		if (splice)
+			*spliced += rv;
+		if (rv < chunk)
+			break;
+	}
+	return done;
 }
 
 int rsiw_sk_state(const struct socket *sock)

@@ -77,13 +77,20 @@ u32 rsiw_crc32c_page(u32 crc, struct page *page, unsigned int page_off, unsigned
 /*
  * Non-blocking sends.  Return the octets queued (possibly fewer than asked) or a negative
  * errno (-EAGAIN when the send buffer is full).  @more: more data follows (MSG_MORE).
- * rsiw_send_page() hands the page to TCP without copying (MSG_SPLICE_PAGES); the page
- * must stay unchanged until the peer acknowledged it, which the caller guarantees by
- * holding a reference (TCP takes its own).
  */
 int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more);
-int rsiw_send_page(struct socket *sock, struct page *page, unsigned int offset, size_t len,
-		   bool more);
+
+/*
+ * Queues @len octets of kernel memory at @kva (linear map or vmalloc) without copying
+ * where TCP may take a page reference (MSG_SPLICE_PAGES on pages that are sendpage_ok();
+ * slab pages are copied).  TCP reads spliced pages when it (re)transmits, so their
+ * contents go on the wire as they are then: the caller decides whether that is acceptable
+ * for the message.  Returns the octets queued or a negative errno (-EAGAIN when the send
+ * buffer is full, -EFAULT for an address with no struct page).  Adds the octets queued
+ * by page reference to *@spliced.
+ */
+int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
+		  size_t *spliced);
 
 /* sk->sk_state (TCP_*), sk->sk_err, tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);

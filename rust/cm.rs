@@ -15,10 +15,8 @@
 //! queue it. Events to iw_cm follow its state machine: one CONNECT_REPLY per accepted
 //! `iw_connect`, ESTABLISHED after a successful `iw_accept`, nothing else before that.
 //!
-//! Not yet here (tracked in the data-path issue): the transport that takes an established
-//! connection. Until it exists, `iw_accept` closes the connection and fails with
-//! `EOPNOTSUPP`, and a connect the peer accepted reports CONNECT_REPLY with `-EOPNOTSUPP`;
-//! rejects (with private data) work end to end. Startup timeouts are missing too.
+//! A CEP that completes startup hands its socket to the QP's transport ([`Conn`]); one
+//! that does not within `mpa_timeout_ms` (Request, Reply or draft Rtr frame) is closed.
 
 use crate::conn::{Conn, MAX_IRD_ORD};
 use crate::device::Device;
@@ -32,7 +30,7 @@ use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
 use kernel::time::hrtimer::{
-    ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer,
+    ArcHrTimerHandle, HasHrTimer, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer,
     HrTimerRestart, RelativeMode,
 };
 use kernel::time::{Delta, Monotonic};
@@ -86,12 +84,29 @@ const MIN_MPA_TIMEOUT_MS: u32 = 100;
 /// Startup timers armed (their handles alive) in the whole module.
 static ARMED: AtomicUsize = AtomicUsize::new(0);
 
-/// An armed MPA startup timer: dropping it cancels the timer (waiting for a running
-/// callback) and releases the CEP reference the timer holds. Callers hold a reference
-/// of their own, so that is never the CEP's last.
-struct Armed(Option<ArcHrTimerHandle<Cep>>);
+/// An armed startup timer of a CEP or (peer-to-peer RTR) a connection: dropping it
+/// cancels the timer (waiting for a running callback) and releases the reference to `T`
+/// the timer holds. Holders keep a reference of their own, so that is never the last;
+/// callbacks take no lock, so it may be dropped under the holder's lock.
+pub(crate) struct Armed<T: HasHrTimer<T>>(Option<ArcHrTimerHandle<T>>);
 
-impl Drop for Armed {
+impl<T> Armed<T>
+where
+    T: HasHrTimer<T, TimerMode = RelativeMode<Monotonic>> + Send + Sync + 'static,
+    T: for<'a> HrTimerCallback<Pointer<'a> = Arc<T>>,
+{
+    /// Starts `this`'s timer to fire in `mpa_timeout_ms` (at least
+    /// [`MIN_MPA_TIMEOUT_MS`]); module exit waits until it is dropped.
+    pub(crate) fn start(this: Arc<T>) -> Self {
+        let ms = crate::module_parameters::mpa_timeout_ms
+            .value()
+            .max(MIN_MPA_TIMEOUT_MS);
+        ARMED.fetch_add(1, Ordering::AcqRel);
+        Self(Some(this.start(Delta::from_millis(i64::from(ms)))))
+    }
+}
+
+impl<T: HasHrTimer<T>> Drop for Armed<T> {
     fn drop(&mut self) {
         drop(self.0.take());
         ARMED.fetch_sub(1, Ordering::AcqRel);
@@ -238,7 +253,7 @@ struct Inner {
     ird: u32,
     ord: u32,
     /// The running MPA startup timer (AwaitRequest, AwaitReply); dropping it cancels it.
-    timer: Option<Armed>,
+    timer: Option<Armed<Cep>>,
 }
 
 /// A connection endpoint (see the module documentation).
@@ -582,13 +597,7 @@ impl Cep {
     fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
         // Always armed: a half-open connection must end before the module can unload
         // (its socket callbacks are module code).
-        let ms = crate::module_parameters::mpa_timeout_ms
-            .value()
-            .max(MIN_MPA_TIMEOUT_MS);
-        ARMED.fetch_add(1, Ordering::AcqRel);
-        g.timer = Some(Armed(Some(
-            this.clone().start(Delta::from_millis(i64::from(ms))),
-        )));
+        g.timer = Some(Armed::start(this.clone()));
     }
 
     fn close_locked(g: &mut Inner) {

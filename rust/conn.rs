@@ -40,7 +40,8 @@
 //! and without a completion: it is a connection-setup message, not one for the ULP, whose
 //! receive WQEs stay for its own Sends (MSN 2 on).
 
-use crate::device::Device;
+use crate::cm::Armed;
+use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::rx_decoder::Decoder;
@@ -51,21 +52,27 @@ use crate::engine::startup::{Negotiated, Role, SendGate};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream, TxSink};
 use crate::mem::{access_bits, MrRef};
 use crate::qp::wqe::SendWqe;
-use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SOLICITED};
+use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::kmem::{crc32c_kva, IoList, Kva};
 use crate::sys::obj::PdId;
-use crate::sys::socket::{tcp_state, SkbChunk, SockEvent, SockEvents, SockRef, Socket};
-use crate::wire::mpa::RtrType;
+use crate::sys::socket::{tcp_state, SkbChunk, SockEvent, SockEvents, SockOps, SockRef, Socket};
+use crate::wire::mpa::{MpaErrorCode, RtrType};
 use crate::wire::rdmap::{
     AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
 };
 use crate::wire::terminate::{TermCause, Terminate};
 use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
+use kernel::time::hrtimer::{
+    HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeMode,
+};
+use kernel::time::Monotonic;
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// FPDUs one run of the work item sends before it yields (and queues itself again).
@@ -135,6 +142,8 @@ struct Fpdu {
     len: usize,
     sent: usize,
     last: bool,
+    /// Payload pages go to TCP by reference (see [`Fpdu::zero_copy`]), not copied.
+    zcopy: bool,
     /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
     _hold: KVec<MrRef>,
 }
@@ -142,6 +151,65 @@ struct Fpdu {
 enum Part {
     Own { off: usize, len: usize },
     Mem(Kva),
+}
+
+impl Fpdu {
+    /// Whether the payload of the message `kind` sends goes to TCP by page reference
+    /// (module parameter `zcopy_tx`): TCP then reads the memory when it (re)transmits, not
+    /// when rsiw queues it. Allowed, as in the C siw, where no completion tells the
+    /// consumer that the buffer is free again when the last octet is queued: a Read
+    /// Response (the peer's Read completes only once the data arrived) and an unsignalled
+    /// Send or Write, and only for payloads of at least a page (a smaller one costs less
+    /// to copy than to splice). Signalled WRs and inline data are always copied.
+    fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
+        if !crate::module_parameters::zcopy_tx.value() {
+            return false;
+        }
+        let Payload::Pieces { list, .. } = payload else {
+            return false;
+        };
+        let eligible = match kind {
+            JobKind::ReadResponse => true,
+            JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
+            _ => false,
+        };
+        let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
+        eligible && total >= kernel::page::PAGE_SIZE as u64
+    }
+
+    /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
+    /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
+    /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
+    /// when the send buffer is full.
+    fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+        let mut start = 0usize;
+        for p in self.parts.iter() {
+            let plen = match p {
+                Part::Own { len, .. } => *len,
+                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
+            };
+            let end = start + plen;
+            while self.sent < end {
+                let skip = self.sent - start;
+                let more = !self.last || end < self.len;
+                let r = match p {
+                    Part::Own { off, .. } => sock.send(&[&self.own[off + skip..off + plen]], more),
+                    Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
+                        *spliced += z;
+                        n
+                    }),
+                };
+                match r {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => self.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            start = end;
+        }
+        Ok(self.sent >= self.len)
+    }
 }
 
 /// A receive WQE the message on QN 0 is being placed into.
@@ -167,6 +235,9 @@ struct Inner {
     /// `Documentation/rsiw.rst`). In the peer-to-peer model (RFC 6581 §5) the Responder
     /// does hold back until the Initiator's RTR message arrived.
     gate_closed: bool,
+    /// Responder in the peer-to-peer model: armed while the gate is closed; if the RTR
+    /// has not arrived within `mpa_timeout_ms`, the connection ends with a TERMINATE.
+    rtr_timer: Option<Armed<Conn>>,
     /// Initiator in the peer-to-peer model: the RTR message still to send, before
     /// anything else.
     rtr_pending: Option<RtrType>,
@@ -196,10 +267,31 @@ pub(crate) struct Conn {
     inner: Mutex<Inner>,
     #[pin]
     work: Work<Conn>,
+    /// The peer-to-peer RTR timer ([`Inner::rtr_timer`]).
+    #[pin]
+    timer: HrTimer<Conn>,
+    /// Set by the RTR timer when it fired.
+    rtr_expired: AtomicBool,
 }
 
 impl_has_work! {
     impl HasWork<Self> for Conn { self.work }
+}
+
+impl_has_hr_timer! {
+    impl HasHrTimer<Self> for Conn {
+        mode: RelativeMode<Monotonic>, field: self.timer
+    }
+}
+
+impl HrTimerCallback for Conn {
+    type Pointer<'a> = Arc<Self>;
+
+    fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        this.rtr_expired.store(true, Ordering::Release);
+        let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+        HrTimerRestart::NoRestart
+    }
 }
 
 /// `SIW_WC_*` as the 16-bit status of a CQE.
@@ -258,6 +350,7 @@ impl Conn {
                     tx,
                     rx,
                     gate_closed,
+                    rtr_timer: None,
                     rtr_pending,
                     rtr_read_out: false,
                     rtr_send_in: responder && n.p2p && n.rtr == Some(RtrType::Send),
@@ -271,6 +364,8 @@ impl Conn {
                     closed: false,
                 }),
                 work <- new_work!("rsiw_conn"),
+                timer <- HrTimer::new(),
+                rtr_expired: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -294,6 +389,9 @@ impl Conn {
             g.sock = Some(sock);
             g.qp = Some(qp);
             g.id = Some(id);
+            if g.gate_closed {
+                g.rtr_timer = Some(Armed::start(conn.clone()));
+            }
         }
         // Data may have arrived with or right after the MPA frames.
         conn.kick();
@@ -342,6 +440,8 @@ impl Conn {
             return;
         }
         g.closed = true;
+        // Releases the timer's reference to the connection.
+        g.rtr_timer = None;
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
         }
@@ -397,6 +497,21 @@ impl Conn {
         if g.closed {
             return;
         }
+        if g.rtr_timer.is_some() && this.rtr_expired.load(Ordering::Acquire) {
+            g.rtr_timer = None;
+            if g.gate_closed {
+                // RFC 6581 sets no deadline; a peer that never sends its RTR would hold
+                // the QP forever. Local catastrophic error (RFC 6581 §9.3), as WIRE.md
+                // recommends, then close.
+                if crate::sys::ratelimit() {
+                    pr_warn!("connection: no peer-to-peer RTR within mpa_timeout_ms, sending TERMINATE\n");
+                }
+                g.gate_closed = false;
+                g.pending_term = Some(Terminate::new(TermCause::mpa(
+                    MpaErrorCode::LocalCatastrophic,
+                )));
+            }
+        }
         if Self::transmit(g, TX_BURST) {
             this.kick();
         }
@@ -446,7 +561,7 @@ impl Conn {
             terminated: Cell::new(false),
         };
         let mut result = Ok(());
-        let _ = sock.read(false, |chunk| {
+        let read = sock.read(false, |chunk| {
             let mut s = ChunkStream {
                 chunk,
                 pos: 0,
@@ -465,8 +580,16 @@ impl Conn {
         *rtr_read_out = ctx.rtr_read.get();
         *rtr_send_in = ctx.rtr_send.get();
         *rx_msg = ctx.msg.into_inner();
-        if rx.mpa().fpdus() != before {
+        let fpdus = rx.mpa().fpdus().wrapping_sub(before);
+        let dev = qp.device();
+        dev.count(Stat::RxOctets, read.map_or(0, |n| n as u64));
+        dev.count(Stat::RxFpdus, fpdus);
+        if peer_term {
+            dev.count(Stat::TerminateReceived, 1);
+        }
+        if fpdus != 0 {
             g.gate_closed = false;
+            g.rtr_timer = None;
         }
         if let Err(t) = result {
             if crate::sys::ratelimit() {
@@ -547,24 +670,42 @@ impl Conn {
         let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
-        let mut io = IoList::with_capacity(f.parts.len())?;
-        for p in f.parts.iter() {
-            match p {
-                Part::Own { off, len } => io.push_bytes(&f.own[*off..*off + *len])?,
-                Part::Mem(k) => io.push_kva(*k)?,
+        if f.zcopy {
+            let mut spliced = 0;
+            let r = f.push_spliced(sock, &mut spliced);
+            if spliced != 0 {
+                if let Some(qp) = g.qp.as_ref() {
+                    qp.device().count(Stat::TxSplicedOctets, spliced as u64);
+                }
+            }
+            if !r? {
+                return Ok(false);
+            }
+        } else {
+            let mut io = IoList::with_capacity(f.parts.len())?;
+            for p in f.parts.iter() {
+                match p {
+                    Part::Own { off, len } => io.push_bytes(&f.own[*off..*off + *len])?,
+                    Part::Mem(k) => io.push_kva(*k)?,
+                }
+            }
+            let more = !f.last;
+            while f.sent < f.len {
+                match io.send(sock, f.sent, more) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => f.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
             }
         }
-        let more = !f.last;
-        while f.sent < f.len {
-            match io.send(sock, f.sent, more) {
-                Ok(0) => return Ok(false),
-                Ok(n) => f.sent += n,
-                Err(e) if e == EAGAIN => return Ok(false),
-                Err(e) => return Err(e),
-            }
-        }
-        let last = f.last;
+        let (last, wire_len) = (f.last, f.len);
         g.fpdu = None;
+        if let Some(qp) = g.qp.as_ref() {
+            let dev = qp.device();
+            dev.count(Stat::TxFpdus, 1);
+            dev.count(Stat::TxOctets, wire_len as u64);
+        }
         if last {
             Self::finish_job(g);
         }
@@ -595,7 +736,10 @@ impl Conn {
                 }
             }
             JobKind::ReadResponse => g.rx.release_ird(),
-            JobKind::Terminate => Self::close_locked(g, Reason::Terminated),
+            JobKind::Terminate => {
+                qp.device().count(Stat::TerminateSent, 1);
+                Self::close_locked(g, Reason::Terminated)
+            }
             JobKind::Rtr => {}
         }
     }
@@ -875,9 +1019,10 @@ impl Conn {
 
     /// Builds the next FPDU of the current message into `g.fpdu`.
     fn build_fpdu(g: &mut Inner) -> Result {
-        let Some((_, payload)) = g.job.as_mut() else {
+        let Some((kind, payload)) = g.job.as_mut() else {
             return Err(EINVAL);
         };
+        let zcopy = Fpdu::zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
         let mut sink = FpduSink {
             own: KVec::with_capacity(128.min(cap), GFP_KERNEL)?,
@@ -899,6 +1044,7 @@ impl Conn {
             len: info.wire_len,
             sent: 0,
             last: info.last,
+            zcopy,
             _hold: hold,
         });
         Ok(())

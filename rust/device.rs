@@ -10,7 +10,7 @@ use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
 use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
 use crate::srq::{Srq, MAX_SRQ_WR};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{DeviceOps, IbDevice, NewDevice};
+use crate::sys::ibdev::{stat_desc, DeviceOps, IbDevice, NewDevice};
 use crate::sys::idtable::ArcTable;
 use crate::sys::iwcm::{CmId, ConnParam};
 use crate::sys::link::LinkHandler;
@@ -50,6 +50,41 @@ pub(crate) struct Device {
     /// Regions by STag index.
     #[pin]
     pub(crate) stags: ArcTable<Mem>,
+    /// Port counters, indexed by [`Stat`].
+    stats: [AtomicU64; STAT_COUNT],
+}
+
+/// The port counters of a device (`rdma statistic show link rsiw0/1`, sysfs
+/// `ports/1/hw_counters/`), summed over all its connections since the device was added.
+#[derive(Clone, Copy)]
+pub(crate) enum Stat {
+    /// FPDUs queued on the sockets (RFC 5044 §4), TERMINATE included.
+    TxFpdus,
+    /// Octets of those FPDUs: MPA header, ULPDU, pad, markers and CRC.
+    TxOctets,
+    /// ULPDU payload octets handed to TCP by page reference instead of copied
+    /// (module parameter `zcopy_tx`).
+    TxSplicedOctets,
+    /// Complete FPDUs received (CRC checked where negotiated).
+    RxFpdus,
+    /// Octets read from the sockets after MPA startup.
+    RxOctets,
+    /// TERMINATE messages sent (RFC 5040 §5.2).
+    TerminateSent,
+    /// TERMINATE messages received.
+    TerminateReceived,
+}
+
+const STAT_COUNT: usize = 7;
+
+// One name per counter.
+const _: () = assert!(<Device as DeviceOps>::HW_STATS.len() == STAT_COUNT);
+
+impl Device {
+    /// Adds `n` to counter `s` (relaxed: the counters order nothing).
+    pub(crate) fn count(&self, s: Stat, n: u64) {
+        self.stats[s as usize].fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// A unit taken from a device counter with [`take_slot`], given back on drop unless kept.
@@ -246,6 +281,23 @@ impl DeviceOps for Device {
     }
 
     fn dealloc(_dev: &IbDevice<Self>) {}
+
+    // In the order of `Stat`.
+    const HW_STATS: &'static [b::rdma_stat_desc] = &[
+        stat_desc(c"tx_fpdus"),
+        stat_desc(c"tx_octets"),
+        stat_desc(c"tx_spliced_octets"),
+        stat_desc(c"rx_fpdus"),
+        stat_desc(c"rx_octets"),
+        stat_desc(c"terminate_sent"),
+        stat_desc(c"terminate_received"),
+    ];
+
+    fn hw_stats(dev: &IbDevice<Self>, _port: u32, values: &mut [u64]) {
+        for (v, c) in values.iter_mut().zip(dev.stats.iter()) {
+            *v = c.load(Ordering::Relaxed);
+        }
+    }
 
     type Cq = Cq;
     type Qp = Qp;
@@ -447,6 +499,7 @@ impl LinkHandler for Link {
                 mrs: AtomicU32::new(0),
                 // Start STag indices at a random point, like the C siw.
                 stags <- ArcTable::new(crate::sys::random_u32() & 0x00ff_ffff),
+                stats: [const { AtomicU64::new(0) }; STAT_COUNT],
             }),
         )?;
         dev.set_identity(eui64(mac), NODE_DESC, 1);

@@ -78,6 +78,10 @@ module! {
             default: 7,
             description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send (0 means 7)",
         },
+        zcopy_tx: bool {
+            default: true,
+            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for Read Responses and unsignalled Send/Write WRs of at least a page, as the C siw does",
+        },
         max_mr: u32 {
             default: 262144,
             description: "Maximum number of memory regions per rsiw device",

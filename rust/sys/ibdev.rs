@@ -55,6 +55,14 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     /// Called once when the device is being freed, before the Rust part is dropped.
     fn dealloc(dev: &IbDevice<Self>);
 
+    /// The port counters (`alloc_hw_port_stats`): shown by `rdma statistic show link` and
+    /// under `ports/<port>/hw_counters/` in sysfs, in the order [`Self::hw_stats`] fills
+    /// them. Entries are made with [`stat_desc`].
+    const HW_STATS: &'static [bindings::rdma_stat_desc];
+    /// `get_hw_stats`: writes the current value of each counter of [`Self::HW_STATS`] on
+    /// `port` (1-based) into `values`, in the same order (`values` may be shorter).
+    fn hw_stats(dev: &IbDevice<Self>, port: u32, values: &mut [u64]);
+
     /// The driver data of a completion queue.
     type Cq: Send + Sync;
     /// The driver data of a queue pair.
@@ -235,6 +243,8 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.alloc_pd = Some(Self::alloc_pd_c);
         ops.dealloc_pd = Some(Self::dealloc_pd_c);
         ops.dealloc_driver = Some(Self::dealloc_driver_c);
+        ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_c);
+        ops.get_hw_stats = Some(Self::get_hw_stats_c);
         // iw_cm calls these without checking for NULL: until rsiw has a connection
         // manager they refuse with -EOPNOTSUPP.
         ops.iw_connect = Some(Self::iw_connect_c);
@@ -348,6 +358,53 @@ impl<T: DeviceOps> IbDevice<T> {
         // valid, exclusively borrowed attribute buffer.
         let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
         errno(T::query_device(dev, attr))
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    unsafe extern "C" fn alloc_hw_port_stats_c(
+        _raw: *mut bindings::ib_device,
+        _port: u32,
+    ) -> *mut bindings::rdma_hw_stats {
+        let Ok(n) = kernel::ffi::c_int::try_from(T::HW_STATS.len()) else {
+            return core::ptr::null_mut();
+        };
+        // SAFETY: `HW_STATS` is `'static`, so the descriptors outlive the stats struct the
+        // core frees with the port; their names are NUL-terminated (`stat_desc`).
+        unsafe {
+            bindings::rdma_alloc_hw_stats_struct(
+                T::HW_STATS.as_ptr(),
+                n,
+                bindings::RDMA_HW_STATS_DEFAULT_LIFESPAN as kernel::ffi::c_ulong,
+            )
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type; `stats` is one that
+    /// [`Self::alloc_hw_port_stats_c`] returned, which the core holds locked.
+    unsafe extern "C" fn get_hw_stats_c(
+        raw: *mut bindings::ib_device,
+        stats: *mut bindings::rdma_hw_stats,
+        port: u32,
+        _index: kernel::ffi::c_int,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let dev = unsafe { Self::from_raw(raw) };
+        // SAFETY: `stats` is valid and exclusively ours for this call (the core holds its
+        // lock); it was allocated with `num_counters` values after the header.
+        let values = unsafe {
+            let n = usize::try_from((*stats).num_counters).unwrap_or(0);
+            (*stats).value.as_mut_slice(n)
+        };
+        let n = values.len().min(T::HW_STATS.len());
+        T::hw_stats(dev, port, &mut values[..n]);
+        // `n` is at most `num_counters`, a `c_int`.
+        n as kernel::ffi::c_int
     }
 
     /// # Safety
@@ -743,6 +800,16 @@ impl<T: DeviceOps> Drop for NewDevice<T> {
 /// Looks up the RDMA device bound to `ndev` and, if it is one of rsiw's (type `T`), runs
 /// `f` on it while holding a reference. Returns whether any soft-iWARP device (rsiw's or
 /// the C siw's, which share the driver id) is bound to `ndev`.
+/// A port counter descriptor for [`DeviceOps::HW_STATS`]: the counter's name as `rdma
+/// statistic` and sysfs show it.
+pub(crate) const fn stat_desc(name: &'static CStr) -> bindings::rdma_stat_desc {
+    bindings::rdma_stat_desc {
+        name: kernel::str::as_char_ptr_in_const_context(name),
+        flags: 0,
+        priv_: core::ptr::null(),
+    }
+}
+
 pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevice<T>)) -> bool {
     // SAFETY: `ndev` is live; the lookup returns a referenced device or null.
     let raw = unsafe {

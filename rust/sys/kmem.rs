@@ -55,6 +55,16 @@ impl Kva {
             len: n.min(self.len),
         }
     }
+
+    /// The range without its first `n` octets (empty if `n` is at least the length).
+    pub(crate) fn skip(&self, n: u64) -> Self {
+        let n = n.min(self.len);
+        // INVARIANT: a sub-range of a valid range.
+        Self {
+            kva: self.kva + n,
+            len: self.len - n,
+        }
+    }
 }
 
 /// Folds the octets of `range` into the running CRC32c value `crc` (kernel `crc32c()`).

@@ -442,31 +442,36 @@ impl SockOps {
         Ok(ret as usize)
     }
 
-    /// Hands `len` octets of `page` at `offset` to TCP without copying (splice); returns
-    /// how many octets TCP took.
-    ///
-    /// # Safety
-    ///
-    /// `page` is a valid page the caller holds a reference to; its contents in range stay
-    /// unchanged until the peer acknowledged them (TCP takes its own page reference).
+    /// Queues the octets of `range` without waiting, handing TCP the pages themselves
+    /// where it may take a reference to them (`MSG_SPLICE_PAGES`; slab memory is copied);
+    /// returns how many octets TCP took, and how many of those it took by reference.
+    /// TCP reads a spliced page again whenever it
+    /// (re)transmits it, so changes to the memory before the peer acknowledged it reach
+    /// the wire: callers use this only where RDMA semantics allow that (see
+    /// `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows at once.
     ///
     /// # Errors
     ///
-    /// As [`Self::send`]; `EINVAL` if the range crosses the page.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) unsafe fn send_page(
-        &self,
-        page: *mut b::page,
-        offset: u32,
-        len: usize,
-        more: bool,
-    ) -> Result<usize> {
-        // SAFETY: valid socket; `page` per the caller's contract.
-        let ret = unsafe { b::rsiw_send_page(self.0.as_ptr(), page, offset, len, more) };
+    /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
+    /// range longer than the address space.
+    pub(crate) fn send_kva(&self, range: &super::kmem::Kva, more: bool) -> Result<(usize, usize)> {
+        let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
+        let mut spliced = 0usize;
+        // SAFETY: valid socket; `range` is mapped kernel memory (`Kva` invariant) that
+        // `rsiw_send_kva` either copies or takes page references to before returning.
+        let ret = unsafe {
+            b::rsiw_send_kva(
+                self.0.as_ptr(),
+                range.addr() as usize as *const kernel::ffi::c_void,
+                len,
+                more,
+                &mut spliced,
+            )
+        };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
-        Ok(ret as usize)
+        Ok((ret as usize, spliced))
     }
 
     /// Reads the receive queue through `tcp_read_sock()`: `actor` gets each chunk of data

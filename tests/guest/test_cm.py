@@ -4,6 +4,7 @@ over kernel TCP, CONNECT_REQUEST with the peer's private data, reject with priva
 accept (the QP enters RTS on both sides) and disconnect from both sides at once."""
 import errno
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ ADDR = "10.91.0.1"
 
 SERVER = textwrap.dedent("""
     import sys
+    import time
     from pyverbs import cm_enums as ce
     from pyverbs.cmid import AddrInfo, CMID, ConnParam
     from pyverbs.pyverbs_error import PyverbsRDMAError
@@ -35,6 +37,8 @@ SERVER = textwrap.dedent("""
         try:
             req.accept(ConnParam(resources=4, depth=4))
             print("accepted", flush=True)
+            if action == "hold":
+                time.sleep(float(sys.argv[4]))
             req.disconnect()
         except PyverbsRDMAError as e:
             print(f"accept-errno {e.error_code}", flush=True)
@@ -54,8 +58,8 @@ def cm_dev(rsiw, dummy):
     yield DEV
 
 
-def server(port, action):
-    p = subprocess.Popen([sys.executable, "-c", SERVER, ADDR, str(port), action],
+def server(port, action, hold_s=0):
+    p = subprocess.Popen([sys.executable, "-c", SERVER, ADDR, str(port), action, str(hold_s)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert p.stdout.readline().strip() == "listening"
     return p
@@ -185,3 +189,42 @@ def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
     assert got.startswith(b"MPA ID Req Frame"), got
     assert res == f"connect-errno {errno.ETIMEDOUT}", res
     assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 60, f"failed after {elapsed:.1f} s"
+
+
+def test_p2p_responder_without_rtr_terminates(cm_dev_timeout):
+    """A raw Initiator asks for the peer-to-peer model with a zero-length Write RTR
+    (RFC 6581 §9.2) and never sends the RTR: the rsiw Responder, which may send nothing
+    before it, ends the connection after mpa_timeout_ms with a TERMINATE (layer 2 LLP,
+    etype 0, MPA error 5 local catastrophic) and closes; the consumer still holds it."""
+    hold_s = 12
+    srv = server(7476, "hold", hold_s)
+    s = socket.create_connection((ADDR, 7476), timeout=60)
+    # Rev 2, S=1; PD: A (P2P) | IRD 1, C (zero-length Write RTR) | ORD 1.
+    pd = struct.pack(">HH", 0x8000 | 1, 0x8000 | 1)
+    s.sendall(b"MPA ID Req Frame" + bytes([0x10, 2]) + struct.pack(">H", len(pd)) + pd)
+    t0 = time.monotonic()
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(4096)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    elapsed = time.monotonic() - t0
+    s.close()
+    out, _ = srv.communicate(timeout=60)
+    assert "accepted" in out, out
+    assert data[:16] == b"MPA ID Rep Frame" and data[16] & 0x20 == 0, data
+    pdl = int.from_bytes(data[18:20], "big")
+    rep_pd = data[20:20 + pdl]
+    assert len(rep_pd) >= 4 and rep_pd[0] & 0x80 and rep_pd[2] & 0x80, \
+        f"Reply does not confirm P2P with a Write RTR: {rep_pd.hex()}"
+    fpdu = data[20 + pdl:]
+    assert len(fpdu) >= 22, f"no TERMINATE after the Reply: {fpdu.hex()}"
+    assert fpdu[3] & 0x0F == 7 and int.from_bytes(fpdu[8:12], "big") == 2, \
+        f"not a TERMINATE on QN 2: {fpdu.hex()}"
+    assert (fpdu[20] >> 4, fpdu[20] & 0x0F, fpdu[21]) == (2, 0, 5), \
+        f"TERMINATE is not LLP/0/5: {fpdu[20:22].hex()}"
+    assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < hold_s - 2, f"ended after {elapsed:.1f} s"
