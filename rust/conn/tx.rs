@@ -1,0 +1,701 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The transmit half of a connection: the next message (Read Responses first, then the
+//! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP, copied or
+//! by page reference (`zcopy_tx`), and the completions once a message is queued.
+
+use super::{wc, Conn, Inner, Piece, Reason};
+use crate::device::{Device, Stat};
+use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
+use crate::engine::rx_shell::{Access, TaggedCheck};
+use crate::engine::stream::TxSink;
+use crate::mem::{access_bits, MrRef};
+use crate::qp::wqe::SendWqe;
+use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
+use crate::sys::bindings as b;
+use crate::sys::ibdev::QpRef;
+use crate::sys::kmem::{crc32c_kva, IoList, Kva};
+use crate::sys::obj::PdId;
+use crate::sys::socket::SockOps;
+use crate::wire::mpa::RtrType;
+use crate::wire::rdmap::{RdmapError, ReadRequest};
+use crate::wire::terminate::{TermCause, Terminate};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// The payload of the message being sent.
+pub(super) enum Payload {
+    None,
+    Inline {
+        buf: [u8; MAX_INLINE as usize],
+        len: usize,
+        off: usize,
+    },
+    Pieces {
+        list: KVec<Piece>,
+        idx: usize,
+        off: u32,
+    },
+}
+
+/// What the message being sent completes.
+pub(super) enum JobKind {
+    /// A send WQE (Send variants, RDMA Write): completed once its last FPDU is queued.
+    Sqe(SendWqe),
+    /// An RDMA Read Request: the WQE moves to the outstanding reads after its FPDU.
+    Read(SendWqe),
+    /// A Read Response: frees an IRD slot once its last FPDU is queued.
+    ReadResponse,
+    /// A TERMINATE: the connection closes once it is queued.
+    Terminate,
+    /// The peer-to-peer model's zero-length RTR message (RFC 6581 §5), sent first.
+    Rtr,
+}
+
+/// One FPDU being handed to TCP: engine octets in `own`, payload as memory ranges.
+pub(super) struct Fpdu {
+    own: KVec<u8>,
+    parts: KVec<Part>,
+    len: usize,
+    sent: usize,
+    last: bool,
+    /// Payload pages go to TCP by reference (see [`Fpdu::zero_copy`]), not copied.
+    zcopy: bool,
+    /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
+    _hold: KVec<MrRef>,
+}
+
+enum Part {
+    Own { off: usize, len: usize },
+    Mem(Kva),
+}
+
+impl Fpdu {
+    /// Whether the payload of the message `kind` sends goes to TCP by page reference
+    /// (module parameter `zcopy_tx`): TCP then reads the memory when it (re)transmits, not
+    /// when rsiw queues it. Allowed, as in the C siw, where no completion tells the
+    /// consumer that the buffer is free again when the last octet is queued: a Read
+    /// Response (the peer's Read completes only once the data arrived) and an unsignalled
+    /// Send or Write, and only for payloads of at least a page (a smaller one costs less
+    /// to copy than to splice). Signalled WRs and inline data are always copied.
+    fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
+        if !crate::module_parameters::zcopy_tx.value() {
+            return false;
+        }
+        let Payload::Pieces { list, .. } = payload else {
+            return false;
+        };
+        let eligible = match kind {
+            JobKind::ReadResponse => true,
+            JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
+            _ => false,
+        };
+        let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
+        eligible && total >= kernel::page::PAGE_SIZE as u64
+    }
+
+    /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
+    /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
+    /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
+    /// when the send buffer is full.
+    fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+        let mut start = 0usize;
+        for p in self.parts.iter() {
+            let plen = match p {
+                Part::Own { len, .. } => *len,
+                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
+            };
+            let end = start + plen;
+            while self.sent < end {
+                let skip = self.sent - start;
+                let more = !self.last || end < self.len;
+                let r = match p {
+                    Part::Own { off, .. } => sock.send(&[&self.own[off + skip..off + plen]], more),
+                    Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
+                        *spliced += z;
+                        n
+                    }),
+                };
+                match r {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => self.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            start = end;
+        }
+        Ok(self.sent >= self.len)
+    }
+}
+
+impl Conn {
+    /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
+    pub(super) fn transmit(g: &mut Inner, mut budget: u32) -> bool {
+        loop {
+            if g.closed {
+                return false;
+            }
+            if g.fpdu.is_some() {
+                match Self::push_fpdu(g) {
+                    Ok(true) => {}
+                    Ok(false) => return false,
+                    Err(_) => {
+                        Self::close_locked(g, Reason::Reset);
+                        return false;
+                    }
+                }
+                continue;
+            }
+            if budget == 0 {
+                return true;
+            }
+            if let Some(t) = g.pending_term.take() {
+                g.tx.abort();
+                if let Some(qp) = g.qp.as_ref() {
+                    if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
+                        let _ = Qp::complete_sqe(
+                            qp.qp(),
+                            &w,
+                            wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
+                            0,
+                        );
+                    }
+                }
+                g.job = None;
+                if g.tx.start(Message::Terminate(t)).is_err() {
+                    Self::close_locked(g, Reason::Terminated);
+                    return false;
+                }
+                g.job = Some((JobKind::Terminate, Payload::None));
+            }
+            if g.job.is_none() {
+                if !Self::next_job(g) {
+                    return false;
+                }
+                if g.job.is_none() {
+                    // A local operation (LOCAL_INV, REG_MR) completed.
+                    budget -= 1;
+                    continue;
+                }
+            }
+            budget -= 1;
+            if let Err(e) = Self::build_fpdu(g) {
+                if crate::sys::ratelimit() {
+                    pr_err!("connection: cannot build an FPDU ({e:?})\n");
+                }
+                Self::close_locked(g, Reason::Reset);
+                return false;
+            }
+        }
+    }
+
+    /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
+    fn push_fpdu(g: &mut Inner) -> Result<bool> {
+        let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
+            return Err(ENOTCONN);
+        };
+        if f.zcopy {
+            let mut spliced = 0;
+            let r = f.push_spliced(sock, &mut spliced);
+            if spliced != 0 {
+                if let Some(qp) = g.qp.as_ref() {
+                    qp.device().count(Stat::TxSplicedOctets, spliced as u64);
+                }
+            }
+            if !r? {
+                return Ok(false);
+            }
+        } else {
+            let mut io = IoList::with_capacity(f.parts.len())?;
+            for p in f.parts.iter() {
+                match p {
+                    Part::Own { off, len } => io.push_bytes(&f.own[*off..*off + *len])?,
+                    Part::Mem(k) => io.push_kva(*k)?,
+                }
+            }
+            let more = !f.last;
+            while f.sent < f.len {
+                match io.send(sock, f.sent, more) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => f.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let (last, wire_len) = (f.last, f.len);
+        g.fpdu = None;
+        if let Some(qp) = g.qp.as_ref() {
+            let dev = qp.device();
+            dev.count(Stat::TxFpdus, 1);
+            dev.count(Stat::TxOctets, wire_len as u64);
+        }
+        if last {
+            Self::finish_job(g);
+        }
+        Ok(true)
+    }
+
+    /// The last FPDU of the current message is queued: complete what it completes.
+    fn finish_job(g: &mut Inner) {
+        let Some((kind, _)) = g.job.take() else {
+            return;
+        };
+        let Some(qp) = g.qp.as_ref() else { return };
+        match kind {
+            JobKind::Sqe(w) => {
+                let len = w.sges().iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+                let len = if w.sges().is_empty() {
+                    w.inline_data().map_or(0, |d| d.as_slice().len() as u32)
+                } else {
+                    len
+                };
+                let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
+            }
+            JobKind::Read(w) => {
+                if Qp::release_sqe(qp.qp(), w.slot).is_ok() {
+                    // Capacity for `ord` entries was reserved, and `next_job` starts a
+                    // Read only below `ord`.
+                    let _ = g.reads_out.push(w, GFP_ATOMIC);
+                }
+            }
+            JobKind::ReadResponse => g.rx.release_ird(),
+            JobKind::Terminate => {
+                qp.device().count(Stat::TerminateSent, 1);
+                Self::close_locked(g, Reason::Terminated)
+            }
+            JobKind::Rtr => {}
+        }
+    }
+
+    /// Starts the next message: a queued Read Response first (RFC 5040 §5.5: responses
+    /// are not held back by the SQ), then the SQ head. Returns `false` if there is nothing
+    /// to send now.
+    fn next_job(g: &mut Inner) -> bool {
+        if g.gate_closed {
+            return false;
+        }
+        if let Some(t) = g.rtr_pending.take() {
+            // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message. Its
+            // STags are not looked at by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
+            let msg = match t {
+                RtrType::Write => Message::Write {
+                    stag: 0,
+                    to: 0,
+                    len: 0,
+                },
+                RtrType::Read => {
+                    g.rtr_read_out = true;
+                    Message::ReadRequest(ReadRequest {
+                        sink_stag: 0,
+                        sink_to: 0,
+                        size: 0,
+                        src_stag: 0,
+                        src_to: 0,
+                    })
+                }
+                RtrType::Send => Message::Send {
+                    solicited: false,
+                    invalidate: None,
+                    len: 0,
+                },
+            };
+            if g.tx.start(msg).is_err() {
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                    RdmapError::LocalCatastrophic,
+                )));
+                return true;
+            }
+            g.job = Some((JobKind::Rtr, Payload::None));
+            return true;
+        }
+        let Some(qp) = g.qp.as_ref() else {
+            return false;
+        };
+        if !g.responses.is_empty() {
+            let req = g.responses.remove(0).unwrap_or(ReadRequest {
+                sink_stag: 0,
+                sink_to: 0,
+                size: 0,
+                src_stag: 0,
+                src_to: 0,
+            });
+            let payload = if req.size == 0 {
+                Payload::None
+            } else {
+                match resolve_range(
+                    qp,
+                    g.pd,
+                    req.src_stag,
+                    req.src_to,
+                    req.size,
+                    access_bits(Access::RemoteRead),
+                ) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Checked when the request arrived; the region went away since.
+                        g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                            RdmapError::RemoteProtection(
+                                crate::wire::rdmap::ProtectionError::InvalidStag,
+                            ),
+                        )));
+                        return true;
+                    }
+                }
+            };
+            let msg = Message::ReadResponse {
+                stag: req.sink_stag,
+                to: req.sink_to,
+                len: req.size,
+            };
+            if g.tx.start(msg).is_err() {
+                g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                    RdmapError::LocalCatastrophic,
+                )));
+                return true;
+            }
+            g.job = Some((JobKind::ReadResponse, payload));
+            return true;
+        }
+        let w = match Qp::next_sqe(qp.qp()) {
+            None => return false,
+            Some(Ok(w)) => w,
+            Some(Err(bad)) => {
+                let _ = Qp::fail_sqe(qp.qp(), &bad);
+                Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
+                return false;
+            }
+        };
+        let op = u32::from(w.opcode);
+        let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
+        if is_read && g.ord == 0 {
+            // No outbound Read may ever be outstanding: fail the WR instead of stalling.
+            if crate::sys::ratelimit() {
+                pr_warn!("QP {}: RDMA Read posted with ORD 0\n", qp.qp().qpn());
+            }
+            let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR), 0);
+            Qp::enter_error(qp.qp(), None);
+            return false;
+        }
+        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty())
+            || (is_read && g.reads_out.len() as u32 + u32::from(g.rtr_read_out) >= g.ord)
+        {
+            // Resumed when a Read Response completes an outstanding Read.
+            return false;
+        }
+        if op == b::siw_opcode_SIW_OP_INVAL_STAG || op == b::siw_opcode_SIW_OP_REG_MR {
+            // Local operations: executed in SQ order, nothing goes on the wire.
+            return Self::local_op(g.pd, qp, &w);
+        }
+        let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
+        match started {
+            Ok(job) => {
+                g.job = Some(job);
+                true
+            }
+            Err(status) => {
+                let Some(qp) = g.qp.as_ref() else {
+                    return false;
+                };
+                let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
+                Qp::enter_error(qp.qp(), None);
+                false
+            }
+        }
+    }
+
+    /// Executes a LOCAL_INV (`SIW_OP_INVAL_STAG`) or REG_MR SQE of a kernel QP and
+    /// completes it. A failure completes it with `SIW_WC_LOC_PROT_ERR` (LOCAL_INV: no
+    /// such STag, another PD, a DMA MR; REG_MR: no page list, still valid, another PD)
+    /// and moves the QP to ERROR. Returns whether the TX path can go on.
+    fn local_op(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
+        let dev = qp.device();
+        let r = if u32::from(w.opcode) == b::siw_opcode_SIW_OP_INVAL_STAG {
+            dev.invalidate_stag(w.rkey, pd).map_err(|e| {
+                if crate::sys::ratelimit() {
+                    pr_warn!(
+                        "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
+                        qp.qp().qpn(),
+                        w.rkey
+                    );
+                }
+            })
+        } else {
+            dev.fast_register(w.rkey, pd, w.access()).map_err(|e| {
+                if crate::sys::ratelimit() {
+                    pr_warn!(
+                        "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
+                        qp.qp().qpn(),
+                        w.rkey
+                    );
+                }
+            })
+        };
+        let status = if r.is_ok() {
+            b::siw_wc_status_SIW_WC_SUCCESS
+        } else {
+            b::siw_wc_status_SIW_WC_LOC_PROT_ERR
+        };
+        if Qp::complete_sqe(qp.qp(), w, wc(status), 0).is_err() {
+            return false;
+        }
+        if r.is_err() {
+            Qp::enter_error(qp.qp(), None);
+            return false;
+        }
+        true
+    }
+
+    /// Starts the message for SQE `w`; on failure returns the `SIW_WC_*` status.
+    fn start_sqe(
+        tx: &mut DdpTx,
+        pd: PdId,
+        qp: &QpRef<Device>,
+        w: &SendWqe,
+        is_read: bool,
+    ) -> Result<(JobKind, Payload), u32> {
+        let op = u32::from(w.opcode);
+        if is_read {
+            // The Data Sink is a single local STag (RFC 5040 §4.4).
+            let [sge] = w.sges() else {
+                return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+            };
+            let need = access_bits(Access::LocalWrite);
+            if sge.length > 0 {
+                qp.device()
+                    .lookup_stag(sge.lkey, pd, need, sge.laddr, u64::from(sge.length))
+                    .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+            }
+            let req = ReadRequest {
+                sink_stag: sge.lkey,
+                sink_to: sge.laddr,
+                size: sge.length,
+                src_stag: w.rkey,
+                src_to: w.raddr,
+            };
+            tx.start(Message::ReadRequest(req))
+                .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+            return Ok((JobKind::Read(*w), Payload::None));
+        }
+        let payload = match w.inline_data() {
+            Some(d) => {
+                let mut buf = [0u8; MAX_INLINE as usize];
+                let s = d.as_slice();
+                buf[..s.len()].copy_from_slice(s);
+                Payload::Inline {
+                    buf,
+                    len: s.len(),
+                    off: 0,
+                }
+            }
+            None => {
+                let mut list = KVec::with_capacity(w.sges().len(), GFP_KERNEL)
+                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                for s in w.sges() {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    let mr = qp
+                        .device()
+                        .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
+                        .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+                    list.push(
+                        Piece {
+                            mr,
+                            to: s.laddr,
+                            len: s.length,
+                        },
+                        GFP_KERNEL,
+                    )
+                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                }
+                Payload::Pieces {
+                    list,
+                    idx: 0,
+                    off: 0,
+                }
+            }
+        };
+        let len = match &payload {
+            Payload::None => 0,
+            Payload::Inline { len, .. } => *len as u32,
+            Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
+        };
+        let msg = if op == b::siw_opcode_SIW_OP_WRITE {
+            Message::Write {
+                stag: w.rkey,
+                to: w.raddr,
+                len,
+            }
+        } else if op == b::siw_opcode_SIW_OP_SEND || op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV {
+            Message::Send {
+                solicited: w.flags & SOLICITED != 0,
+                invalidate: (op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV).then_some(w.rkey),
+                len,
+            }
+        } else {
+            return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+        };
+        tx.start(msg)
+            .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+        Ok((JobKind::Sqe(*w), payload))
+    }
+
+    /// Builds the next FPDU of the current message into `g.fpdu`.
+    fn build_fpdu(g: &mut Inner) -> Result {
+        let Some((kind, payload)) = g.job.as_mut() else {
+            return Err(EINVAL);
+        };
+        let zcopy = Fpdu::zero_copy(kind, payload);
+        let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
+        let mut sink = FpduSink {
+            own: KVec::with_capacity(128.min(cap), GFP_KERNEL)?,
+            parts: KVec::new(),
+            hold: KVec::new(),
+            payload,
+            err: None,
+        };
+        let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
+        if let Some(e) = sink.err {
+            return Err(e);
+        }
+        let FpduSink {
+            own, parts, hold, ..
+        } = sink;
+        g.fpdu = Some(Fpdu {
+            own,
+            parts,
+            len: info.wire_len,
+            sent: 0,
+            last: info.last,
+            zcopy,
+            _hold: hold,
+        });
+        Ok(())
+    }
+}
+
+/// Resolves `len` octets at `to` of `stag` for a Read Response's payload.
+fn resolve_range(
+    qp: &QpRef<Device>,
+    pd: PdId,
+    stag: u32,
+    to: u64,
+    len: u32,
+    access: u32,
+) -> Result<Payload, TaggedCheck> {
+    let mr = qp
+        .device()
+        .lookup_stag(stag, pd, access, to, u64::from(len))?;
+    let mut list = KVec::new();
+    list.push(Piece { mr, to, len }, GFP_KERNEL)
+        .map_err(|_| TaggedCheck::InvalidStag)?;
+    Ok(Payload::Pieces {
+        list,
+        idx: 0,
+        off: 0,
+    })
+}
+
+/// Collects one FPDU as the TX builder writes it.
+struct FpduSink<'a> {
+    own: KVec<u8>,
+    parts: KVec<Part>,
+    hold: KVec<MrRef>,
+    payload: &'a mut Payload,
+    err: Option<Error>,
+}
+
+impl FpduSink<'_> {
+    fn push_own(&mut self, data: &[u8]) -> Result {
+        let off = self.own.len();
+        self.own.extend_from_slice(data, GFP_KERNEL)?;
+        if let Some(Part::Own { len, .. }) = self.parts.last_mut() {
+            *len += data.len();
+            return Ok(());
+        }
+        self.parts.push(
+            Part::Own {
+                off,
+                len: data.len(),
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(())
+    }
+
+    fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
+        match self.payload {
+            Payload::None => Err(EINVAL),
+            Payload::Inline {
+                buf,
+                len: total,
+                off,
+            } => {
+                let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
+                let data = buf[*off..end].to_owned_array();
+                *off = end;
+                if let Some(c) = crc {
+                    *c = crate::sys::crc32c(*c, &data.0[..data.1]);
+                }
+                self.push_own(&data.0[..data.1])
+            }
+            Payload::Pieces { list, idx, off } => {
+                while len > 0 {
+                    let p = list.get(*idx).ok_or(EINVAL)?;
+                    let seg = p.mr.range(p.to + u64::from(*off)).ok_or(EFAULT)?;
+                    let left = u64::from(p.len - *off);
+                    let n = seg.len().min(left).min(len as u64);
+                    let piece = seg.prefix(n);
+                    if let Some(c) = crc.as_deref_mut() {
+                        *c = crc32c_kva(*c, &piece);
+                    }
+                    self.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                    if self.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
+                        self.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                    }
+                    *off += n as u32;
+                    len -= n as usize;
+                    if *off == p.len {
+                        *idx += 1;
+                        *off = 0;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A copy of up to [`MAX_INLINE`] octets (inline payload moves through the FPDU's own
+/// buffer).
+trait ToOwnedArray {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize);
+}
+
+impl ToOwnedArray for [u8] {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize) {
+        let mut a = [0u8; MAX_INLINE as usize];
+        let n = self.len().min(a.len());
+        a[..n].copy_from_slice(&self[..n]);
+        (a, n)
+    }
+}
+
+impl TxSink for FpduSink<'_> {
+    fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, data);
+        }
+        if let Err(e) = self.push_own(data) {
+            self.err.get_or_insert(e);
+        }
+    }
+
+    fn payload(&mut self, len: usize, crc: Option<&mut u32>) {
+        if let Err(e) = self.take_payload(len, crc) {
+            self.err.get_or_insert(e);
+        }
+    }
+}
