@@ -7,6 +7,7 @@
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
+#include <linux/slab.h>
 #include <linux/vmalloc.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
@@ -15,6 +16,8 @@
 #include <rdma/uverbs_ioctl.h>
 
 #include "rsiw_helpers.h"
+
+static struct workqueue_struct *rsiw_wq;
 
 struct module *rsiw_this_module(void)
 {
@@ -132,6 +135,38 @@ struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size
 	return ib_umem_get_va(dev, addr, size, access);
 }
 
+struct rsiw_umem_release {
+	struct work_struct work;
+	struct ib_umem *umem;
+	struct device *dev;
+};
+
+static void rsiw_umem_release_fn(struct work_struct *work)
+{
+	struct rsiw_umem_release *r = container_of(work, struct rsiw_umem_release, work);
+
+	ib_umem_release(r->umem);
+	put_device(r->dev);
+	kfree(r);
+}
+
+struct rsiw_umem_release *rsiw_umem_release_prepare(struct ib_umem *umem)
+{
+	struct rsiw_umem_release *r = kmalloc(sizeof(*r), GFP_KERNEL);
+
+	if (!r)
+		return NULL;
+	INIT_WORK(&r->work, rsiw_umem_release_fn);
+	r->umem = umem;
+	r->dev = get_device(&umem->ibdev->dev);
+	return r;
+}
+
+void rsiw_umem_release_async(struct rsiw_umem_release *r)
+{
+	queue_work(rsiw_wq, &r->work);
+}
+
 u64 rsiw_sg_dma_address(const struct scatterlist *sg)
 {
 	return sg_dma_address(sg);
@@ -186,8 +221,6 @@ bool rsiw_xa_empty(const struct xarray *xa)
 {
 	return xa_empty(xa);
 }
-
-static struct workqueue_struct *rsiw_wq;
 
 int rsiw_wq_init(void)
 {

@@ -93,6 +93,17 @@ u64 rsiw_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 struct ib_umem *rsiw_umem_get_va(struct ib_device *dev, unsigned long addr, size_t size,
 				 int access);
 
+/*
+ * Releasing a umem may sleep (it unpins and dirties pages), but the last reference to a
+ * user memory region can go in the receive path, in softirq.  rsiw_umem_release_prepare()
+ * allocates (GFP_KERNEL) what a later rsiw_umem_release_async() needs to release @umem
+ * from rsiw's workqueue, and holds the umem's device until then; NULL without memory.
+ * Module exit drains the workqueue.
+ */
+struct rsiw_umem_release;
+struct rsiw_umem_release *rsiw_umem_release_prepare(struct ib_umem *umem);
+void rsiw_umem_release_async(struct rsiw_umem_release *r);
+
 /* sg_dma_address(), sg_dma_len(), sg_next() */
 u64 rsiw_sg_dma_address(const struct scatterlist *sg);
 unsigned int rsiw_sg_dma_len(const struct scatterlist *sg);

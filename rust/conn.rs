@@ -17,16 +17,21 @@
 //!
 //! # Execution
 //!
-//! Protocol work runs in the connection's work item (process context, serialised by
-//! the connection mutex): socket callbacks and kernel consumers' `post_send` only queue
-//! it. A user QP's POST_SEND doorbell sends up to [`DOORBELL_BURST`] FPDUs itself, in the
-//! consumer's syscall, when the connection is idle (its mutex free), and queues the work
-//! item for the rest; that saves the work item's wake-up on every message. One run
-//! of the work item reads everything the socket holds through `tcp_read_sock()` into the RX decoder
-//! (payload copied from the socket buffers into the target pages, nothing staged), then
-//! sends FPDUs until the SQ is empty, the send buffer is full (the write-space callback
-//! queues the work again) or a burst of [`TX_BURST`] FPDUs was sent (the work queues
-//! itself again, so one busy connection does not starve others).
+//! Receiving runs in the socket's data-ready callback (`rx`): `tcp_read_sock()` feeds the
+//! RX decoder, which places payload from the socket buffers straight into the target
+//! pages (one copy, nothing staged) and completes receives and Reads there. It wakes the
+//! transmit side only when that has new work (Read Requests, completed Reads, TERMINATE).
+//!
+//! Transmitting (`tx`) runs in the connection's work item (process context, serialised
+//! by the connection mutex): the write-space and state-change callbacks and kernel
+//! consumers' `post_send` only queue it. A user QP's POST_SEND doorbell sends up to
+//! [`DOORBELL_BURST`] FPDUs itself, in the consumer's syscall, when the connection is idle
+//! (its mutex free), and queues the work item for the rest; that saves the work item's
+//! wake-up on every message. One run of the work item first reads what the callback has
+//! not (data that came with the MPA frames), then sends FPDUs until the SQ is empty, the
+//! send buffer is full (the write-space callback queues the work again) or a burst of
+//! [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy connection does
+//! not starve others).
 //!
 //! # What is not here
 //!
@@ -46,7 +51,6 @@ use crate::engine::ddp_tx::DdpTx;
 use crate::engine::rx_decoder::Decoder;
 use crate::engine::startup::{Negotiated, Role, SendGate};
 use crate::mem::MrRef;
-use crate::qp::wqe::SendWqe;
 use crate::qp::Qp;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
@@ -54,18 +58,17 @@ use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::obj::PdId;
 use crate::sys::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
 use crate::wire::mpa::{MpaErrorCode, RtrType};
-use crate::wire::rdmap::ReadRequest;
 use crate::wire::terminate::{TermCause, Terminate};
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
+use kernel::sync::{new_mutex, new_spinlock_irq, Arc, ArcBorrow, Mutex, SpinLockIrq};
 use kernel::time::hrtimer::{
     HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeMode,
 };
 use kernel::time::Monotonic;
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
-use rx::RxMsg;
+use rx::{RxMsg, RxSide};
 use tx::{Fpdu, JobKind, Payload};
 
 mod rx;
@@ -109,7 +112,6 @@ struct Inner {
     id: Option<CmId<Device>>,
     pd: PdId,
     tx: DdpTx,
-    rx: Decoder,
     /// Nothing may be sent before the first FPDU arrived. RFC 5044 §7.1.2 rule 4 asks
     /// this of a Responder without RTR, but ULPs whose server speaks first (perftest's
     /// latency tests) then deadlock, and the Initiator's in-order stream processing makes
@@ -123,17 +125,9 @@ struct Inner {
     /// Initiator in the peer-to-peer model: the RTR message still to send, before
     /// anything else.
     rtr_pending: Option<RtrType>,
-    /// Initiator: the zero-length Read RTR is outstanding (its Read Response is the first
-    /// to arrive and completes nothing).
-    rtr_read_out: bool,
-    /// Responder: a zero-length Send RTR was negotiated and has not arrived yet.
-    rtr_send_in: bool,
     ord: u32,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<Fpdu>,
-    reads_out: KVec<SendWqe>,
-    responses: KVec<ReadRequest>,
-    rx_msg: Option<RxMsg>,
     pending_term: Option<Terminate>,
     closed: bool,
 }
@@ -147,6 +141,9 @@ pub(crate) struct Conn {
     ord: u32,
     #[pin]
     inner: Mutex<Inner>,
+    /// The receive half (`rx`), taken by the socket's data-ready callback.
+    #[pin]
+    rx: SpinLockIrq<RxSide>,
     #[pin]
     work: Work<Conn>,
     /// The peer-to-peer RTR timer ([`Inner::rtr_timer`]).
@@ -214,7 +211,11 @@ impl Conn {
         } else {
             ird
         };
-        let rx = Decoder::for_negotiated(n, false, rx_ird);
+        let dec = Decoder::for_negotiated(n, false, rx_ird);
+        let reads_out = KVec::with_capacity(ord as usize, GFP_KERNEL)?;
+        let responses = KVec::with_capacity(rx_ird as usize, GFP_KERNEL)?;
+        // The receive half's own reference, dropped when the connection closes.
+        let rx_qp = qp.device().qp_ref(qp.qp().qpn()).ok_or(EINVAL)?;
         let gate_closed = responder && n.p2p && n.send_gate == SendGate::AfterFirstRxFpdu;
         let rtr_pending = match n.send_gate {
             SendGate::RtrFirst(t) => Some(t),
@@ -230,21 +231,28 @@ impl Conn {
                     id: None,
                     pd,
                     tx,
-                    rx,
                     gate_closed,
                     rtr_timer: None,
                     rtr_pending,
-                    rtr_read_out: false,
-                    rtr_send_in: responder && n.p2p && n.rtr == Some(RtrType::Send),
                     ord: ord_v,
                     job: None,
                     fpdu: None,
-                    reads_out: KVec::new(),
-                    responses: KVec::new(),
-                    rx_msg: None,
                     pending_term: None,
                     closed: false,
                 }),
+                rx <- new_spinlock_irq!(RxSide {
+                    qp: Some(rx_qp),
+                    pd,
+                    dec,
+                    msg: None,
+                    rtr_read_out: false,
+                    rtr_send_in: responder && n.p2p && n.rtr == Some(RtrType::Send),
+                    reads_out,
+                    responses,
+                    term: None,
+                    peer_terminated: false,
+                    fpdu_seen: false,
+                }, "rsiw_conn_rx"),
                 work <- new_work!("rsiw_conn"),
                 timer <- HrTimer::new(),
                 rtr_expired: AtomicBool::new(false),
@@ -253,8 +261,6 @@ impl Conn {
         )?;
         {
             let mut g = conn.inner.lock();
-            g.reads_out.reserve(ord as usize, GFP_KERNEL)?;
-            g.responses.reserve(rx_ird as usize, GFP_KERNEL)?;
             Qp::attach_conn(qp.qp(), conn.clone())?;
             if let Err(e) = Qp::enter_rts(qp.qp()) {
                 Qp::detach_conn(qp.qp());
@@ -303,7 +309,7 @@ impl Conn {
         if g.closed {
             return;
         }
-        if Self::transmit(&mut g, DOORBELL_BURST) {
+        if Self::transmit(self, &mut g, DOORBELL_BURST) {
             self.kick();
         }
     }
@@ -314,10 +320,10 @@ impl Conn {
     /// returns.
     pub(crate) fn close(&self) {
         let mut g = self.inner.lock();
-        Self::close_locked(&mut g, Reason::Local);
+        Self::close_locked(self, &mut g, Reason::Local);
     }
 
-    fn close_locked(g: &mut Inner, why: Reason) {
+    fn close_locked(this: &Conn, g: &mut Inner, why: Reason) {
         if g.closed {
             return;
         }
@@ -329,6 +335,11 @@ impl Conn {
         }
         // Dropping the socket detaches it: no callback runs after this.
         g.sock = None;
+        // The receive half lets go of the QP and of the work requests it holds.
+        let (rx_qp, reads, msg) = {
+            let mut r = this.rx.lock();
+            (r.qp.take(), core::mem::take(&mut r.reads_out), r.msg.take())
+        };
         let qp = g.qp.take();
         if let Some(qp) = &qp {
             Qp::detach_conn(qp.qp());
@@ -337,7 +348,7 @@ impl Conn {
                 Reason::PeerClosed | Reason::Local => None,
             };
             // Work requests still held here complete with a flush error.
-            Self::flush_held(g, qp);
+            Self::flush_held(g, qp, reads, msg);
             Qp::enter_error(qp.qp(), ev);
         }
         if let Some(id) = g.id.take() {
@@ -352,22 +363,50 @@ impl Conn {
         }
         g.job = None;
         g.fpdu = None;
-        g.rx_msg = None;
         drop(qp);
+        drop(rx_qp);
     }
 
     /// Completes the WQEs the connection holds outside the SQ with a flush error: the
-    /// outstanding RDMA Reads and the receive WQE being placed into.
-    fn flush_held(g: &mut Inner, qp: &QpRef<Device>) {
+    /// outstanding RDMA Reads, the receive WQE being placed into and the send WQE being
+    /// sent.
+    fn flush_held(
+        g: &mut Inner,
+        qp: &QpRef<Device>,
+        mut reads: KVec<crate::qp::wqe::SendWqe>,
+        msg: Option<RxMsg>,
+    ) {
         let flush = wc(b::siw_wc_status_SIW_WC_WR_FLUSH_ERR);
-        for w in g.reads_out.drain_all() {
+        for w in reads.drain_all() {
             Qp::complete_send(qp.qp(), &w, flush, 0);
         }
-        if let Some(m) = g.rx_msg.take() {
+        if let Some(m) = msg {
             Qp::complete_recv(qp.qp(), m.id, flush, 0, None, false);
         }
-        if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
+        if let Some((JobKind::Sqe(w), _)) = g.job.take() {
             let _ = Qp::complete_sqe(qp.qp(), &w, flush, 0);
+        }
+    }
+
+    /// Takes over what the receive half found for the transmit half: the first FPDU
+    /// opens the peer-to-peer Responder's gate, a protocol error becomes the TERMINATE to
+    /// send, and the peer's TERMINATE closes the connection.
+    fn sync_rx(this: &Conn, g: &mut Inner) {
+        let (seen, term, peer_term) = {
+            let mut r = this.rx.lock();
+            (r.fpdu_seen, r.term.take(), r.peer_terminated)
+        };
+        if seen && g.gate_closed {
+            g.gate_closed = false;
+            g.rtr_timer = None;
+        }
+        if let Some(t) = term {
+            g.gate_closed = false;
+            if g.pending_term.is_none() {
+                g.pending_term = Some(t);
+            }
+        } else if peer_term {
+            Self::close_locked(this, g, Reason::Terminated);
         }
     }
 
@@ -375,7 +414,12 @@ impl Conn {
         if g.closed {
             return;
         }
-        Self::receive(g);
+        // What the data-ready callback has not read: data that came with the MPA frames,
+        // before the callback was attached.
+        if let Some(sock) = g.sock.as_ref() {
+            this.receive(sock, false);
+        }
+        Self::sync_rx(this, g);
         if g.closed {
             return;
         }
@@ -394,7 +438,7 @@ impl Conn {
                 )));
             }
         }
-        if Self::transmit(g, TX_BURST) {
+        if Self::transmit(this, g, TX_BURST) {
             this.kick();
         }
         if g.closed {
@@ -405,18 +449,23 @@ impl Conn {
             Some(tcp_state::ESTABLISHED) | None => {}
             Some(tcp_state::CLOSE_WAIT) => {
                 // The peer sent FIN; everything before it was processed above.
-                if !g.rx.at_fpdu_boundary() && crate::sys::ratelimit() {
+                if !this.rx.lock().dec.at_fpdu_boundary() && crate::sys::ratelimit() {
                     pr_warn!("connection: peer closed inside an FPDU\n");
                 }
-                Self::close_locked(g, Reason::PeerClosed);
+                Self::close_locked(this, g, Reason::PeerClosed);
             }
-            Some(_) => Self::close_locked(g, Reason::Reset),
+            Some(_) => Self::close_locked(this, g, Reason::Reset),
         }
     }
 }
 
 impl SockEvents for Conn {
-    fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, _ev: SockEvent) {
+    fn event(this: ArcBorrow<'_, Self>, sock: SockRef<'_>, ev: SockEvent) {
+        // Data is placed right here, in the receive path; the work item runs only when
+        // the transmit half has something to do or the socket's state changed.
+        if ev == SockEvent::DataReady && !this.receive(&sock, true) {
+            return;
+        }
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
     }
 }

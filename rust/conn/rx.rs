@@ -3,10 +3,19 @@
 //! The receive half of a connection: the socket's data through the protocol core's
 //! [`Decoder`], payload placed from the socket buffers straight into registered memory,
 //! receives and Reads completed, Read Requests queued for the transmit half.
+//!
+//! It runs in the socket's data-ready callback ([`Conn::receive`] with `locked`): in
+//! softirq, or in the process context of whoever releases the socket lock (TCP then
+//! processes its backlog), and from the work item (which locks the socket) for data that
+//! arrived before the callback was attached. Its state, [`RxSide`], sits under a spinlock
+//! that disables interrupts, taken per socket buffer chunk: never held across a call into
+//! the socket layer by the transmit half, which takes it briefly for what the two share.
+//! Nothing here sleeps or allocates with `GFP_KERNEL`.
 
-use super::{wc, Conn, Inner, Piece, Reason};
+use super::{wc, Conn, Piece};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
+use crate::engine::rx_decoder::Decoder;
 use crate::engine::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
 };
@@ -18,7 +27,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::kmem::crc32c_kva;
 use crate::sys::obj::PdId;
-use crate::sys::socket::SkbChunk;
+use crate::sys::socket::{SkbChunk, SockOps};
 use crate::wire::rdmap::{
     AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
 };
@@ -34,82 +43,137 @@ pub(super) struct RxMsg {
     total: u64,
 }
 
+/// The receive half's state (see the module documentation), and what it shares with the
+/// transmit half.
+pub(super) struct RxSide {
+    /// The QP placed into and completed on; `None` once the connection closed (data that
+    /// still arrives is dropped).
+    pub(super) qp: Option<QpRef<Device>>,
+    pub(super) pd: PdId,
+    pub(super) dec: Decoder,
+    pub(super) msg: Option<RxMsg>,
+    /// Initiator: the zero-length Read RTR is outstanding (its Read Response is the first
+    /// to arrive and completes nothing). Set by the transmit half before it sends the RTR.
+    pub(super) rtr_read_out: bool,
+    /// Responder: a zero-length Send RTR was negotiated and has not arrived yet.
+    pub(super) rtr_send_in: bool,
+    /// RDMA Reads whose Request the transmit half is sending or sent, oldest first; each
+    /// is entered before its Request reaches TCP, so its Response always finds it.
+    /// Capacity for ORD entries is reserved.
+    pub(super) reads_out: KVec<SendWqe>,
+    /// Read Requests received, to be answered by the transmit half in order. Capacity for
+    /// IRD entries is reserved (the decoder enforces IRD).
+    pub(super) responses: KVec<ReadRequest>,
+    /// For the transmit half: the TERMINATE the decoder asks for (RFC 5040 §5.2).
+    pub(super) term: Option<Terminate>,
+    /// For the transmit half: the peer sent TERMINATE; the connection closes.
+    pub(super) peer_terminated: bool,
+    /// For the transmit half: an FPDU arrived (opens the peer-to-peer Responder's gate).
+    pub(super) fpdu_seen: bool,
+}
+
 impl Conn {
-    /// Feeds everything the socket holds to the RX decoder.
-    pub(super) fn receive(g: &mut Inner) {
-        let Inner {
+    /// Feeds what the socket holds to the RX decoder, chunk by chunk, each under the
+    /// receive lock. `locked`: called from the socket's data-ready callback (the socket
+    /// is locked by the receive path); otherwise the socket is locked here, which may
+    /// sleep. Returns whether the transmit half has new work: Read Requests to answer, a
+    /// completed Read (ORD or a read fence may let the SQ go on), a TERMINATE to send or
+    /// received, or the first FPDU (peer-to-peer gate).
+    pub(super) fn receive(&self, sock: &SockOps, locked: bool) -> bool {
+        let mut wake = false;
+        let _ = sock.read(locked, |chunk| {
+            let mut r = self.rx.lock();
+            wake |= r.process(chunk);
+            chunk.len()
+        });
+        wake
+    }
+}
+
+impl RxSide {
+    /// Processes one chunk of the stream (all of it: after an error the decoder discards
+    /// input); returns whether the transmit half has new work (see [`Conn::receive`]).
+    fn process(&mut self, chunk: &SkbChunk<'_>) -> bool {
+        let RxSide {
             qp: Some(qp),
-            sock: Some(sock),
-            rx,
-            rx_msg,
-            reads_out,
-            responses,
             pd,
+            dec,
+            msg,
             rtr_read_out,
             rtr_send_in,
-            ..
-        } = g
+            reads_out,
+            responses,
+            term,
+            peer_terminated,
+            fpdu_seen,
+        } = self
         else {
-            return;
+            return false;
         };
-        let before = rx.mpa().fpdus();
-        let ctx = RxCtx {
-            qp,
-            pd: *pd,
-            msg: RefCell::new(rx_msg.take()),
-            reads_out: RefCell::new(reads_out),
-            responses: RefCell::new(responses),
-            rtr_read: Cell::new(*rtr_read_out),
-            rtr_send: Cell::new(*rtr_send_in),
-            terminated: Cell::new(false),
-        };
-        let mut result = Ok(());
-        let read = sock.read(false, |chunk| {
+        let before = dec.mpa().fpdus();
+        let (reads_before, responses_before, rtr_read_before) =
+            (reads_out.len(), responses.len(), *rtr_read_out);
+        let (result, terminated, rtr_read, rtr_send, cur) = {
+            let ctx = RxCtx {
+                qp,
+                pd: *pd,
+                msg: RefCell::new(msg.take()),
+                reads_out: RefCell::new(&mut *reads_out),
+                responses: RefCell::new(&mut *responses),
+                rtr_read: Cell::new(*rtr_read_out),
+                rtr_send: Cell::new(*rtr_send_in),
+                terminated: Cell::new(false),
+            };
             let mut s = ChunkStream {
                 chunk,
                 pos: 0,
                 ctx: &ctx,
             };
-            let mut m = RxMem(&ctx);
-            let mut e = RxEv(&ctx);
-            if let Err(t) = rx.process(&mut s, &mut m, &mut e) {
-                if result.is_ok() {
-                    result = Err(t);
-                }
-            }
-            chunk.len()
-        });
-        let peer_term = ctx.terminated.get() || rx.state() == RxState::PeerTerminated;
-        *rtr_read_out = ctx.rtr_read.get();
-        *rtr_send_in = ctx.rtr_send.get();
-        *rx_msg = ctx.msg.into_inner();
-        let fpdus = rx.mpa().fpdus().wrapping_sub(before);
+            let result = dec.process(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx));
+            (
+                result,
+                ctx.terminated.get(),
+                ctx.rtr_read.get(),
+                ctx.rtr_send.get(),
+                ctx.msg.into_inner(),
+            )
+        };
+        let peer_term = terminated || dec.state() == RxState::PeerTerminated;
+        *rtr_read_out = rtr_read;
+        *rtr_send_in = rtr_send;
+        *msg = cur;
+        let fpdus = dec.mpa().fpdus().wrapping_sub(before);
         let dev = qp.device();
-        dev.count(Stat::RxOctets, read.map_or(0, |n| n as u64));
+        dev.count(Stat::RxOctets, chunk.len() as u64);
         dev.count(Stat::RxFpdus, fpdus);
-        if peer_term {
-            dev.count(Stat::TerminateReceived, 1);
-        }
-        if fpdus != 0 {
-            g.gate_closed = false;
-            g.rtr_timer = None;
+        let mut wake = reads_out.len() < reads_before
+            || responses.len() > responses_before
+            || (rtr_read_before && !*rtr_read_out);
+        if fpdus != 0 && !*fpdu_seen {
+            *fpdu_seen = true;
+            wake = true;
         }
         if let Err(t) = result {
-            if crate::sys::ratelimit() {
-                pr_warn!("connection: protocol error, sending TERMINATE ({:?})\n", t);
+            if term.is_none() {
+                if crate::sys::ratelimit() {
+                    pr_warn!("connection: protocol error, sending TERMINATE ({:?})\n", t);
+                }
+                *term = Some(t);
             }
-            g.pending_term = Some(t);
-            g.gate_closed = false;
-        } else if peer_term {
+            wake = true;
+        } else if peer_term && !*peer_terminated {
             if crate::sys::ratelimit() {
                 pr_warn!("connection: the peer sent TERMINATE\n");
             }
-            Self::close_locked(g, Reason::Terminated);
+            dev.count(Stat::TerminateReceived, 1);
+            *peer_terminated = true;
+            wake = true;
         }
+        wake
     }
 }
 
-/// What the RX side of one `receive()` shares between the stream, the memory lookup and
+/// What the RX side of one chunk's processing shares between the stream, the memory lookup and
 /// the event sink the decoder is given.
 struct RxCtx<'a> {
     qp: &'a QpRef<Device>,
@@ -117,9 +181,9 @@ struct RxCtx<'a> {
     msg: RefCell<Option<RxMsg>>,
     reads_out: RefCell<&'a mut KVec<SendWqe>>,
     responses: RefCell<&'a mut KVec<ReadRequest>>,
-    /// The zero-length Read RTR is outstanding (see `Inner::rtr_read_out`).
+    /// The zero-length Read RTR is outstanding (see `RxSide::rtr_read_out`).
     rtr_read: Cell<bool>,
-    /// The zero-length Send RTR is still expected (see `Inner::rtr_send_in`).
+    /// The zero-length Send RTR is still expected (see `RxSide::rtr_send_in`).
     rtr_send: Cell<bool>,
     terminated: Cell<bool>,
 }

@@ -42,9 +42,11 @@ pub(super) enum Payload {
 pub(super) enum JobKind {
     /// A send WQE (Send variants, RDMA Write): completed once its last FPDU is queued.
     Sqe(SendWqe),
-    /// An RDMA Read Request: the WQE moves to the outstanding reads after its FPDU.
-    Read(SendWqe),
-    /// A Read Response: frees an IRD slot once its last FPDU is queued.
+    /// An RDMA Read Request; its WQE entered the outstanding Reads before the Request
+    /// was built (its Response can arrive as soon as the Request is queued).
+    Read,
+    /// A Read Response; it frees its IRD slot just before its last FPDU is queued (the
+    /// peer may send its next Read Request as soon as that arrived).
     ReadResponse,
     /// A TERMINATE: the connection closes once it is queued.
     Terminate,
@@ -131,17 +133,18 @@ impl Fpdu {
 
 impl Conn {
     /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
-    pub(super) fn transmit(g: &mut Inner, mut budget: u32) -> bool {
+    pub(super) fn transmit(this: &Conn, g: &mut Inner, mut budget: u32) -> bool {
+        Self::sync_rx(this, g);
         loop {
             if g.closed {
                 return false;
             }
             if g.fpdu.is_some() {
-                match Self::push_fpdu(g) {
+                match Self::push_fpdu(this, g) {
                     Ok(true) => {}
                     Ok(false) => return false,
                     Err(_) => {
-                        Self::close_locked(g, Reason::Reset);
+                        Self::close_locked(this, g, Reason::Reset);
                         return false;
                     }
                 }
@@ -153,7 +156,7 @@ impl Conn {
             if let Some(t) = g.pending_term.take() {
                 g.tx.abort();
                 if let Some(qp) = g.qp.as_ref() {
-                    if let Some((JobKind::Sqe(w) | JobKind::Read(w), _)) = g.job.take() {
+                    if let Some((JobKind::Sqe(w), _)) = g.job.take() {
                         let _ = Qp::complete_sqe(
                             qp.qp(),
                             &w,
@@ -164,13 +167,13 @@ impl Conn {
                 }
                 g.job = None;
                 if g.tx.start(Message::Terminate(t)).is_err() {
-                    Self::close_locked(g, Reason::Terminated);
+                    Self::close_locked(this, g, Reason::Terminated);
                     return false;
                 }
                 g.job = Some((JobKind::Terminate, Payload::None));
             }
             if g.job.is_none() {
-                if !Self::next_job(g) {
+                if !Self::next_job(this, g) {
                     return false;
                 }
                 if g.job.is_none() {
@@ -180,18 +183,18 @@ impl Conn {
                 }
             }
             budget -= 1;
-            if let Err(e) = Self::build_fpdu(g) {
+            if let Err(e) = Self::build_fpdu(this, g) {
                 if crate::sys::ratelimit() {
                     pr_err!("connection: cannot build an FPDU ({e:?})\n");
                 }
-                Self::close_locked(g, Reason::Reset);
+                Self::close_locked(this, g, Reason::Reset);
                 return false;
             }
         }
     }
 
     /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
-    fn push_fpdu(g: &mut Inner) -> Result<bool> {
+    fn push_fpdu(this: &Conn, g: &mut Inner) -> Result<bool> {
         let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
@@ -232,13 +235,13 @@ impl Conn {
             dev.count(Stat::TxOctets, wire_len as u64);
         }
         if last {
-            Self::finish_job(g);
+            Self::finish_job(this, g);
         }
         Ok(true)
     }
 
     /// The last FPDU of the current message is queued: complete what it completes.
-    fn finish_job(g: &mut Inner) {
+    fn finish_job(this: &Conn, g: &mut Inner) {
         let Some((kind, _)) = g.job.take() else {
             return;
         };
@@ -253,26 +256,18 @@ impl Conn {
                 };
                 let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
             }
-            JobKind::Read(w) => {
-                if Qp::release_sqe(qp.qp(), w.slot).is_ok() {
-                    // Capacity for `ord` entries was reserved, and `next_job` starts a
-                    // Read only below `ord`.
-                    let _ = g.reads_out.push(w, GFP_ATOMIC);
-                }
-            }
-            JobKind::ReadResponse => g.rx.release_ird(),
+            JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
             JobKind::Terminate => {
                 qp.device().count(Stat::TerminateSent, 1);
-                Self::close_locked(g, Reason::Terminated)
+                Self::close_locked(this, g, Reason::Terminated)
             }
-            JobKind::Rtr => {}
         }
     }
 
     /// Starts the next message: a queued Read Response first (RFC 5040 §5.5: responses
     /// are not held back by the SQ), then the SQ head. Returns `false` if there is nothing
     /// to send now.
-    fn next_job(g: &mut Inner) -> bool {
+    fn next_job(this: &Conn, g: &mut Inner) -> bool {
         if g.gate_closed {
             return false;
         }
@@ -286,7 +281,8 @@ impl Conn {
                     len: 0,
                 },
                 RtrType::Read => {
-                    g.rtr_read_out = true;
+                    // Before the Request can reach TCP (see `JobKind::Read`).
+                    this.rx.lock().rtr_read_out = true;
                     Message::ReadRequest(ReadRequest {
                         sink_stag: 0,
                         sink_to: 0,
@@ -313,14 +309,16 @@ impl Conn {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
-        if !g.responses.is_empty() {
-            let req = g.responses.remove(0).unwrap_or(ReadRequest {
-                sink_stag: 0,
-                sink_to: 0,
-                size: 0,
-                src_stag: 0,
-                src_to: 0,
-            });
+        let (req, reads_out, rtr_read_out) = {
+            let mut r = this.rx.lock();
+            let req = if r.responses.is_empty() {
+                None
+            } else {
+                r.responses.remove(0).ok()
+            };
+            (req, r.reads_out.len(), r.rtr_read_out)
+        };
+        if let Some(req) = req {
             let payload = if req.size == 0 {
                 Payload::None
             } else {
@@ -378,8 +376,8 @@ impl Conn {
             Qp::enter_error(qp.qp(), None);
             return false;
         }
-        if (w.flags & READ_FENCE != 0 && !g.reads_out.is_empty())
-            || (is_read && g.reads_out.len() as u32 + u32::from(g.rtr_read_out) >= g.ord)
+        if (w.flags & READ_FENCE != 0 && reads_out != 0)
+            || (is_read && reads_out as u32 + u32::from(rtr_read_out) >= g.ord)
         {
             // Resumed when a Read Response completes an outstanding Read.
             return false;
@@ -391,6 +389,17 @@ impl Conn {
         let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
         match started {
             Ok(job) => {
+                if matches!(job.0, JobKind::Read) {
+                    // The WQE leaves the SQ for the outstanding Reads now, before its
+                    // Request can reach the peer (see `JobKind::Read`). Capacity for `ord`
+                    // entries was reserved, and a Read starts only below `ord`.
+                    if Qp::release_sqe(qp.qp(), w.slot).is_err() {
+                        // A flush completed it already: the QP is in ERROR.
+                        g.tx.abort();
+                        return false;
+                    }
+                    let _ = this.rx.lock().reads_out.push(w, GFP_ATOMIC);
+                }
                 g.job = Some(job);
                 true
             }
@@ -476,7 +485,7 @@ impl Conn {
             };
             tx.start(Message::ReadRequest(req))
                 .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
-            return Ok((JobKind::Read(*w), Payload::None));
+            return Ok((JobKind::Read, Payload::None));
         }
         let payload = match w.inline_data() {
             Some(d) => {
@@ -543,7 +552,7 @@ impl Conn {
     }
 
     /// Builds the next FPDU of the current message into `g.fpdu`.
-    fn build_fpdu(g: &mut Inner) -> Result {
+    fn build_fpdu(this: &Conn, g: &mut Inner) -> Result {
         let Some((kind, payload)) = g.job.as_mut() else {
             return Err(EINVAL);
         };
@@ -563,6 +572,10 @@ impl Conn {
         let FpduSink {
             own, parts, hold, ..
         } = sink;
+        if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
+            // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
+            this.rx.lock().dec.release_ird();
+        }
         g.fpdu = Some(Fpdu {
             own,
             parts,

@@ -4,7 +4,9 @@
 //!
 //! The data paths write into and read from a region through the umem's scatter table
 //! ([`UMem::segment_at`]); this module keeps the umem alive for the region's lifetime and
-//! releases it (unpinning the pages) when the last reference to the region goes.
+//! releases it (unpinning the pages) when the last reference to the region goes. That can
+//! be in the receive path (softirq), while releasing may sleep, so the release runs on
+//! rsiw's workqueue.
 
 use super::bindings;
 use super::ibdev::{DeviceOps, IbDevice};
@@ -15,16 +17,19 @@ use kernel::prelude::*;
 ///
 /// # Invariants
 ///
-/// `ptr` is a umem returned by `ib_umem_get_va` for an rsiw device and owned by this value
-/// (released on drop). Its fields and its DMA-mapped scatter table do not change while it
-/// exists. rsiw devices use virtual DMA (no `dma_device`), so the table's DMA addresses are
-/// the kernel virtual addresses of the pinned pages (`ib_dma_virt_map_sg()`).
+/// `ptr` is a umem returned by `ib_umem_get_va` for an rsiw device and owned by this value;
+/// `release` was prepared for it by `rsiw_umem_release_prepare` and is used once, on drop,
+/// to release it from the workqueue. Its fields and its DMA-mapped scatter table do not
+/// change while it exists. rsiw devices use virtual DMA (no `dma_device`), so the table's
+/// DMA addresses are the kernel virtual addresses of the pinned pages
+/// (`ib_dma_virt_map_sg()`).
 pub(crate) struct UMem {
     ptr: NonNull<bindings::ib_umem>,
+    release: NonNull<bindings::rsiw_umem_release>,
 }
 
-// SAFETY: the umem is immutable after creation; `ib_umem_release` may run on any thread in
-// process context.
+// SAFETY: the umem is immutable after creation; its release is queued from any thread and
+// runs on the workqueue.
 unsafe impl Send for UMem {}
 // SAFETY: as above.
 unsafe impl Sync for UMem {}
@@ -52,8 +57,15 @@ impl UMem {
         };
         let raw = kernel::error::from_err_ptr(raw)?;
         let ptr = NonNull::new(raw).ok_or(ENOMEM)?;
-        // INVARIANT: a umem from `ib_umem_get_va`, now owned by us.
-        Ok(Self { ptr })
+        // SAFETY: `ptr` is a live umem of a live device.
+        let release = unsafe { bindings::rsiw_umem_release_prepare(ptr.as_ptr()) };
+        let Some(release) = NonNull::new(release) else {
+            // SAFETY: the umem is ours and not used after this.
+            unsafe { bindings::ib_umem_release(ptr.as_ptr()) };
+            return Err(ENOMEM);
+        };
+        // INVARIANT: a umem from `ib_umem_get_va`, now owned by us, with its release.
+        Ok(Self { ptr, release })
     }
 
     /// The user virtual address of the first octet.
@@ -110,7 +122,8 @@ impl UMem {
 
 impl Drop for UMem {
     fn drop(&mut self) {
-        // SAFETY: the umem is owned by us (type invariant) and not used after this.
-        unsafe { bindings::ib_umem_release(self.ptr.as_ptr()) };
+        // SAFETY: the umem is owned by us and `release` prepared for it (type invariant);
+        // neither is used after this. Any context: this only queues the release.
+        unsafe { bindings::rsiw_umem_release_async(self.release.as_ptr()) };
     }
 }
