@@ -69,7 +69,7 @@ use kernel::time::hrtimer::{
 use kernel::time::Monotonic;
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use rx::{RxMsg, RxSide};
-use tx::{Fpdu, JobKind, Payload};
+use tx::{Fpdu, FpduBufs, JobKind, Payload};
 
 mod rx;
 mod tx;
@@ -128,6 +128,8 @@ struct Inner {
     ord: u32,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<Fpdu>,
+    /// The buffers of the last FPDU sent, for the next one.
+    spare: FpduBufs,
     pending_term: Option<Terminate>,
     closed: bool,
 }
@@ -237,6 +239,7 @@ impl Conn {
                     ord: ord_v,
                     job: None,
                     fpdu: None,
+                    spare: FpduBufs::new(),
                     pending_term: None,
                     closed: false,
                 }),

@@ -391,69 +391,36 @@ impl RxCtx<'_> {
     /// Takes the next receive WQE for message `msn` and resolves its SGEs for local write.
     fn take_rqe(&self, msn: u32) -> Result<RxMsg, UntaggedCheck> {
         let qp = self.qp.qp();
+        // A receive WQE that cannot take the message completes with `status`; the
+        // message then has no buffer (the decoder's TERMINATE, RFC 5040 §7.1).
+        let fail = |id: u64, status: u32| {
+            Qp::complete_recv(qp, id, wc(status), 0, None, false);
+            UntaggedCheck::NoBuffer
+        };
         let w = match Qp::take_rqe(qp) {
             None => return Err(UntaggedCheck::NoBuffer),
-            Some(Err(bad)) => {
-                Qp::complete_recv(
-                    qp,
-                    bad.id,
-                    wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR),
-                    0,
-                    None,
-                    false,
-                );
-                return Err(UntaggedCheck::NoBuffer);
-            }
+            Some(Err(bad)) => return Err(fail(bad.id, b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)),
             Some(Ok(w)) => w,
         };
-        let mut pieces = KVec::new();
+        let mut pieces = KVec::with_capacity(w.sges().len(), GFP_ATOMIC)
+            .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_GENERAL_ERR))?;
         let mut total = 0u64;
         let need = access_bits(Access::LocalWrite);
-        for s in w.sges() {
-            if s.length == 0 {
-                continue;
-            }
-            let mr = match self.qp.device().lookup_stag(
-                s.lkey,
-                self.pd,
-                need,
-                s.laddr,
-                u64::from(s.length),
-            ) {
-                Ok(mr) => mr,
-                Err(_) => {
-                    Qp::complete_recv(
-                        qp,
-                        w.id,
-                        wc(b::siw_wc_status_SIW_WC_LOC_PROT_ERR),
-                        0,
-                        None,
-                        false,
-                    );
-                    return Err(UntaggedCheck::NoBuffer);
-                }
+        for s in w.sges().iter().filter(|s| s.length != 0) {
+            let mr = self
+                .qp
+                .device()
+                .lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
+                .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_LOC_PROT_ERR))?;
+            let piece = Piece {
+                mr,
+                to: s.laddr,
+                len: s.length,
             };
-            if pieces
-                .push(
-                    Piece {
-                        mr,
-                        to: s.laddr,
-                        len: s.length,
-                    },
-                    GFP_ATOMIC,
-                )
-                .is_err()
-            {
-                Qp::complete_recv(
-                    qp,
-                    w.id,
-                    wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
-                    0,
-                    None,
-                    false,
-                );
-                return Err(UntaggedCheck::NoBuffer);
-            }
+            // Within the capacity reserved above: never allocates.
+            pieces
+                .push(piece, GFP_ATOMIC)
+                .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_GENERAL_ERR))?;
             total += u64::from(s.length);
         }
         Ok(RxMsg {

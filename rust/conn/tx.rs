@@ -14,7 +14,7 @@ use crate::qp::wqe::SendWqe;
 use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
-use crate::sys::kmem::{crc32c_kva, IoList, Kva};
+use crate::sys::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::obj::PdId;
 use crate::sys::socket::SockOps;
 use crate::wire::mpa::RtrType;
@@ -54,17 +54,48 @@ pub(super) enum JobKind {
     Rtr,
 }
 
-/// One FPDU being handed to TCP: engine octets in `own`, payload as memory ranges.
+/// One FPDU being handed to TCP: engine octets in `bufs.own`, payload as memory ranges.
 pub(super) struct Fpdu {
-    own: KVec<u8>,
-    parts: KVec<Part>,
+    bufs: FpduBufs,
     len: usize,
     sent: usize,
     last: bool,
     /// Payload pages go to TCP by reference (see [`Fpdu::zero_copy`]), not copied.
     zcopy: bool,
+}
+
+/// The buffers of one FPDU. A connection keeps those of the FPDU it sent last
+/// ([`Inner::spare`]) for the next, so that building and sending an FPDU allocates
+/// nothing once they have grown to the connection's usual FPDU shape.
+pub(super) struct FpduBufs {
+    /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC).
+    own: KVec<u8>,
+    /// The FPDU in stream order: pieces of `own` and payload ranges.
+    parts: KVec<Part>,
     /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
-    _hold: KVec<MrRef>,
+    hold: KVec<MrRef>,
+    /// Storage of the gather list the copying send builds.
+    iov: IoVecBuf,
+}
+
+impl FpduBufs {
+    /// Empty buffers (they allocate on first use).
+    pub(super) const fn new() -> Self {
+        Self {
+            own: KVec::new(),
+            parts: KVec::new(),
+            hold: KVec::new(),
+            iov: IoVecBuf::new(),
+        }
+    }
+
+    /// Empties the buffers, keeping their capacity; drops the region references.
+    fn recycle(mut self) -> Self {
+        self.own.clear();
+        self.parts.clear();
+        self.hold.clear();
+        self
+    }
 }
 
 enum Part {
@@ -102,7 +133,7 @@ impl Fpdu {
     /// when the send buffer is full.
     fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
         let mut start = 0usize;
-        for p in self.parts.iter() {
+        for p in self.bufs.parts.iter() {
             let plen = match p {
                 Part::Own { len, .. } => *len,
                 Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
@@ -112,7 +143,9 @@ impl Fpdu {
                 let skip = self.sent - start;
                 let more = !self.last || end < self.len;
                 let r = match p {
-                    Part::Own { off, .. } => sock.send(&[&self.own[off + skip..off + plen]], more),
+                    Part::Own { off, .. } => {
+                        sock.send(&[&self.bufs.own[off + skip..off + plen]], more)
+                    }
                     Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
                         *spliced += z;
                         n
@@ -210,25 +243,40 @@ impl Conn {
                 return Ok(false);
             }
         } else {
-            let mut io = IoList::with_capacity(f.parts.len())?;
-            for p in f.parts.iter() {
-                match p {
-                    Part::Own { off, len } => io.push_bytes(&f.own[*off..*off + *len])?,
-                    Part::Mem(k) => io.push_kva(*k)?,
+            let iov = core::mem::replace(&mut f.bufs.iov, IoVecBuf::new());
+            let mut io = IoList::new(iov, f.bufs.parts.len())?;
+            let mut r = Ok(true);
+            for p in f.bufs.parts.iter() {
+                r = match p {
+                    Part::Own { off, len } => io.push_bytes(&f.bufs.own[*off..*off + *len]),
+                    Part::Mem(k) => io.push_kva(*k),
+                }
+                .map(|()| true);
+                if r.is_err() {
+                    break;
                 }
             }
             let more = !f.last;
-            while f.sent < f.len {
-                match io.send(sock, f.sent, more) {
-                    Ok(0) => return Ok(false),
-                    Ok(n) => f.sent += n,
-                    Err(e) if e == EAGAIN => return Ok(false),
-                    Err(e) => return Err(e),
-                }
+            while r == Ok(true) && f.sent < f.len {
+                r = match io.send(sock, f.sent, more) {
+                    Ok(0) => Ok(false),
+                    Ok(n) => {
+                        f.sent += n;
+                        Ok(true)
+                    }
+                    Err(e) if e == EAGAIN => Ok(false),
+                    Err(e) => Err(e),
+                };
+            }
+            f.bufs.iov = io.into_buf();
+            if !r? {
+                return Ok(false);
             }
         }
         let (last, wire_len) = (f.last, f.len);
-        g.fpdu = None;
+        if let Some(f) = g.fpdu.take() {
+            g.spare = f.bufs.recycle();
+        }
         if let Some(qp) = g.qp.as_ref() {
             let dev = qp.device();
             dev.count(Stat::TxFpdus, 1);
@@ -558,10 +606,10 @@ impl Conn {
         };
         let zcopy = Fpdu::zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
+        let mut bufs = core::mem::replace(&mut g.spare, FpduBufs::new());
+        bufs.own.reserve(128.min(cap), GFP_KERNEL)?;
         let mut sink = FpduSink {
-            own: KVec::with_capacity(128.min(cap), GFP_KERNEL)?,
-            parts: KVec::new(),
-            hold: KVec::new(),
+            bufs,
             payload,
             err: None,
         };
@@ -569,21 +617,17 @@ impl Conn {
         if let Some(e) = sink.err {
             return Err(e);
         }
-        let FpduSink {
-            own, parts, hold, ..
-        } = sink;
+        let bufs = sink.bufs;
         if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().dec.release_ird();
         }
         g.fpdu = Some(Fpdu {
-            own,
-            parts,
+            bufs,
             len: info.wire_len,
             sent: 0,
             last: info.last,
             zcopy,
-            _hold: hold,
         });
         Ok(())
     }
@@ -613,22 +657,20 @@ fn resolve_range(
 
 /// Collects one FPDU as the TX builder writes it.
 struct FpduSink<'a> {
-    own: KVec<u8>,
-    parts: KVec<Part>,
-    hold: KVec<MrRef>,
+    bufs: FpduBufs,
     payload: &'a mut Payload,
     err: Option<Error>,
 }
 
 impl FpduSink<'_> {
     fn push_own(&mut self, data: &[u8]) -> Result {
-        let off = self.own.len();
-        self.own.extend_from_slice(data, GFP_KERNEL)?;
-        if let Some(Part::Own { len, .. }) = self.parts.last_mut() {
+        let off = self.bufs.own.len();
+        self.bufs.own.extend_from_slice(data, GFP_KERNEL)?;
+        if let Some(Part::Own { len, .. }) = self.bufs.parts.last_mut() {
             *len += data.len();
             return Ok(());
         }
-        self.parts.push(
+        self.bufs.parts.push(
             Part::Own {
                 off,
                 len: data.len(),
@@ -664,9 +706,9 @@ impl FpduSink<'_> {
                     if let Some(c) = crc.as_deref_mut() {
                         *c = crc32c_kva(*c, &piece);
                     }
-                    self.parts.push(Part::Mem(piece), GFP_KERNEL)?;
-                    if self.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
-                        self.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                    self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                    if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
+                        self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
                     }
                     *off += n as u32;
                     len -= n as usize;

@@ -78,6 +78,25 @@ pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
 
 use kernel::ffi::c_void;
 
+/// The storage of an [`IoList`], kept between sends so that building one allocates
+/// nothing once the storage has grown to the usual number of entries.
+///
+/// # Invariants
+///
+/// `0` holds no entries (its capacity only): no pointer is kept between uses.
+pub(crate) struct IoVecBuf(KVec<b::kvec>);
+
+// SAFETY: an `IoVecBuf` holds no entries (invariant), so no pointer moves with it.
+unsafe impl Send for IoVecBuf {}
+
+impl IoVecBuf {
+    /// Empty storage (allocates on first use).
+    pub(crate) const fn new() -> Self {
+        // INVARIANT: no entries.
+        Self(KVec::new())
+    }
+}
+
 /// A gather list for one socket send: octets owned by the caller (headers, CRC) and
 /// ranges of registered memory, in stream order.
 ///
@@ -92,17 +111,27 @@ pub(crate) struct IoList<'a> {
 }
 
 impl<'a> IoList<'a> {
-    /// An empty list with room for `n` entries.
+    /// An empty list with room for at least `n` entries, in `buf`'s storage.
     ///
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn with_capacity(n: usize) -> Result<Self> {
+    pub(crate) fn new(buf: IoVecBuf, n: usize) -> Result<Self> {
+        let mut vec = buf.0;
+        vec.reserve(n, GFP_KERNEL)?;
+        // INVARIANT: no entries yet.
         Ok(Self {
-            vec: KVec::with_capacity(n, GFP_KERNEL)?,
+            vec,
             len: 0,
             _p: core::marker::PhantomData,
         })
+    }
+
+    /// Gives the storage back for the next list.
+    pub(crate) fn into_buf(mut self) -> IoVecBuf {
+        self.vec.clear();
+        // INVARIANT: cleared.
+        IoVecBuf(self.vec)
     }
 
     /// Appends `data`.
