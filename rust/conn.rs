@@ -131,6 +131,9 @@ struct Inner {
     /// The buffers of the last FPDU sent, for the next one.
     spare: FpduBufs,
     pending_term: Option<Terminate>,
+    /// The work item read what arrived before the data-ready callback was attached; from
+    /// then on the callback reads everything.
+    drained: bool,
     closed: bool,
 }
 
@@ -241,6 +244,7 @@ impl Conn {
                     fpdu: None,
                     spare: FpduBufs::new(),
                     pending_term: None,
+                    drained: false,
                     closed: false,
                 }),
                 rx <- new_spinlock_irq!(RxSide {
@@ -418,9 +422,13 @@ impl Conn {
             return;
         }
         // What the data-ready callback has not read: data that came with the MPA frames,
-        // before the callback was attached.
+        // before the callback was attached (first run), and, before a FIN is acted on
+        // below, anything still queued. Other runs leave the socket to the callback.
         if let Some(sock) = g.sock.as_ref() {
-            this.receive(sock, false);
+            if !g.drained || sock.state() != tcp_state::ESTABLISHED {
+                this.receive(sock, false);
+            }
+            g.drained = true;
         }
         Self::sync_rx(this, g);
         if g.closed {
