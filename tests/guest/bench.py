@@ -68,9 +68,12 @@ def kernel_kib():
 
 
 def listening(p):
-    """Whether an rdma_cm listener (perftest's: the wildcard address) is on port `p`."""
-    return re.search(rf"state LISTEN .*src-addr \S+:{p}\b",
-                     sh("rdma res show cm_id", check=False)) is not None
+    """Whether perftest's server accepts connections on port `p`: an rdma_cm listener
+    (the wildcard address: one child per device, bench0's included) and the provider's
+    TCP socket behind it, which the rdma_cm creates after showing its id in LISTEN."""
+    return (re.search(rf"link bench0/\S+ .*state LISTEN .*src-addr \S+:{p}\b",
+                      sh("rdma res show cm_id", check=False)) is not None
+            and sh(f"ss -Hltn 'sport = :{p}'", check=False).strip() != "")
 
 
 def perftest(tool, args, sample=None):

@@ -250,18 +250,26 @@ def cm_ids():
     return [m.groups() for m in map(CM_ID.search, out.splitlines()) if m]
 
 
-def wait_listener(server, dev, addr, p):
-    """Waits until `server` listens on port p. A listener bound to `addr` must be on `dev`
-    alone; a wildcard listener (one child per device) is accepted as it is: the device
-    is then chosen by the address the client connects to."""
+def tcp_listening(p, ns=None):
+    """Whether a TCP socket listens on port p in namespace `ns` (`ss` sees the kernel
+    sockets an iWARP provider listens with)."""
+    out = subprocess.run(netns_argv(ns) + ["ss", "-Hltn", f"sport = :{p}"],
+                         capture_output=True, text=True, timeout=T_TOOL).stdout
+    return bool(out.strip())
+
+
+def wait_listener(server, dev, addr, p, ns=None):
+    """Waits until `server` listens on port p on `dev`: an rdma_cm listener there (one
+    bound to `addr` must be on `dev` alone; a wildcard one has a child per device) and
+    the provider's TCP listener behind it. The rdma_cm shows an id in LISTEN before it
+    calls the provider's iw_create_listen, and a wildcard listener gets its per-device
+    children one by one, so neither alone says a connect would be accepted."""
     deadline = time.monotonic() + T_LISTEN
     while time.monotonic() < deadline:
         ids = [c for c in cm_ids() if c[1] == "LISTEN" and c[3].endswith(f":{p}")]
         bound = [c for c in ids if c[3] == f"{addr}:{p}"]
-        if bound:
-            assert all(c[0] == dev for c in bound), f"listener on {addr}:{p} not on {dev}: {ids}"
-            return
-        if ids:
+        assert all(c[0] == dev for c in bound), f"listener on {addr}:{p} not on {dev}: {ids}"
+        if any(c[0] == dev for c in ids) and tcp_listening(p, ns):
             return
         if server.p.poll() is not None:
             raise AssertionError(f"server exited ({server.p.returncode}) before listening:\n"
@@ -302,7 +310,7 @@ def pair(procs, tmp_path, name, server_argv, client_argv, s_dev, s_addr, p,
     out). The server must listen on s_dev first; it is killed if it does not exit by
     itself after the client."""
     srv = procs(server_argv, tmp_path / f"{name}.server.txt", s_ns)
-    wait_listener(srv, s_dev, s_addr, p)
+    wait_listener(srv, s_dev, s_addr, p, s_ns)
     t0 = time.monotonic()
     crc, cout = run(client_argv, tmp_path / f"{name}.client.txt", c_ns)
     src = srv.wait(T_SERVER if crc is not None else 5)
