@@ -13,6 +13,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceOps, IbDevice, NewDevice};
 use crate::sys::idtable::ArcTable;
 use crate::sys::iwcm::{CmId, ConnParam};
+use crate::sys::kmem::KernelConsumer;
 use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
 use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
@@ -389,8 +390,9 @@ impl DeviceOps for Device {
         dev: &IbDevice<Self>,
         pd: PdId,
         access: i32,
+        kc: KernelConsumer,
     ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::dma(dev, pd, access).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+        Mr::dma(dev, pd, access, kc).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
     }
 
     fn reg_user_mr(
@@ -411,8 +413,9 @@ impl DeviceOps for Device {
         pd: PdId,
         ty: b::ib_mr_type,
         max_num_sg: u32,
+        kc: KernelConsumer,
     ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::frmr(dev, pd, ty, max_num_sg).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
+        Mr::frmr(dev, pd, ty, max_num_sg, kc).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
     }
 
     fn mr_map_begin(mr: &IbMr<Mr>) -> Result {

@@ -20,7 +20,7 @@ use crate::device::{take_slot, Device, SlotGuard};
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
-use crate::sys::kmem::Kva;
+use crate::sys::kmem::{KernelConsumer, Kva};
 use crate::sys::obj::{IbMr, PdId};
 use crate::sys::udata::UserResponse;
 use crate::sys::umem::UMem;
@@ -49,6 +49,9 @@ pub(crate) struct Mem {
     valid: AtomicBool,
     /// A DMA MR: the tagged offset is the kernel virtual address.
     dma: bool,
+    /// The mark of a kernel consumer's region (a DMA or fast-registration MR): its
+    /// addresses are kernel virtual addresses.
+    kernel: Option<KernelConsumer>,
     /// The pinned user memory of a user MR.
     umem: Option<UMem>,
     /// The page list of a fast-registration MR (capacity `max_pages`).
@@ -75,16 +78,6 @@ pub(crate) fn access_bits(a: Access) -> u32 {
         Access::RemoteRead => b::ib_access_flags_IB_ACCESS_REMOTE_READ,
         Access::RemoteAtomic => b::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
     }
-}
-
-/// A piece of a region in kernel memory: `len` contiguous octets at kernel virtual
-/// address `kva`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Segment {
-    /// The kernel virtual address of the first octet.
-    pub(crate) kva: u64,
-    /// How many octets are contiguous from there (at least 1).
-    pub(crate) len: u64,
 }
 
 impl Mem {
@@ -128,23 +121,19 @@ impl Mem {
     /// kernel memory: a DMA MR's offsets are kernel virtual addresses, a user MR's pages
     /// are pinned and in the kernel's linear map, a fast-registration MR's pages are the
     /// consumer's kernel addresses (rsiw uses virtual DMA, so DMA addresses are kernel
-    /// virtual addresses). A transfer walks a range by resolving `to`, copying at most
-    /// `len` octets, and resolving the next offset. Returns `None` outside the bounds.
-    pub(crate) fn resolve(&self, to: u64) -> Option<Segment> {
+    /// virtual addresses). Returns the range of octets contiguous in kernel memory from
+    /// there to the end of the region or of its page, at least 1 octet; `None` outside the
+    /// bounds. A transfer walks a range by resolving `to`, copying at most the range's
+    /// length, and resolving the next offset, holding `self` (an [`MrRef`]) meanwhile.
+    pub(crate) fn resolve(&self, to: u64) -> Option<Kva> {
         let (va, len) = self.bounds();
         let off = to.checked_sub(va).filter(|&o| o < len)?;
-        if self.dma {
-            return Some(Segment {
-                kva: to,
-                len: len - off,
-            });
-        }
         if let Some(umem) = &self.umem {
-            let (kva, n) = umem.segment_at(off.checked_add(umem.page_offset())?)?;
-            return Some(Segment {
-                kva,
-                len: n.min(len - off),
-            });
+            return umem.range_at(off.checked_add(umem.page_offset())?, len - off);
+        }
+        let kc = self.kernel.as_ref()?;
+        if self.dma {
+            return Some(kc.range(to, len - off));
         }
         let ps = u64::from(self.page_size.load(Ordering::Acquire));
         if !ps.is_power_of_two() {
@@ -154,20 +143,7 @@ impl Mem {
         let at = off.checked_add(va & (ps - 1))?;
         let page = *self.pages.lock().get(usize::try_from(at / ps).ok()?)?;
         let within = at % ps;
-        Some(Segment {
-            kva: page.checked_add(within)?,
-            len: (ps - within).min(len - off),
-        })
-    }
-}
-
-impl Mem {
-    /// [`Mem::resolve`] as a kernel address range the transport copies to and from.
-    pub(crate) fn range(&self, to: u64) -> Option<Kva> {
-        let seg = self.resolve(to)?;
-        // SAFETY: `resolve` returns mapped memory of this region (pinned user pages, or a
-        // kernel consumer's virtual-DMA memory), valid while `self` (an `MrRef`) lives.
-        Some(unsafe { Kva::new(seg.kva, seg.len) })
+        Some(kc.range(page.checked_add(within)?, (ps - within).min(len - off)))
     }
 }
 
@@ -303,11 +279,11 @@ fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
 /// What a region is.
 enum Kind {
     /// All kernel memory (`get_dma_mr`).
-    Dma,
+    Dma(KernelConsumer),
     /// Pinned user memory (`reg_user_mr`).
     User(UMem),
     /// A fast-registration MR for up to this many pages (`alloc_mr`).
-    Fast(u32),
+    Fast(u32, KernelConsumer),
 }
 
 impl Mr {
@@ -336,10 +312,10 @@ impl Mr {
             ));
         }
         let slot = SlotGuard::new(&dev.mrs);
-        let (dma, valid, umem, max_pages) = match kind {
-            Kind::Dma => (true, true, None, 0),
-            Kind::User(u) => (false, true, Some(u), 0),
-            Kind::Fast(n) => (false, false, None, n),
+        let (dma, valid, umem, kernel, max_pages) = match kind {
+            Kind::Dma(kc) => (true, true, None, Some(kc), 0),
+            Kind::User(u) => (false, true, Some(u), None, 0),
+            Kind::Fast(n, kc) => (false, false, None, Some(kc), n),
         };
         let mut pages = KVec::new();
         pages.reserve(max_pages as usize, GFP_KERNEL)?;
@@ -354,6 +330,7 @@ impl Mr {
                 len: AtomicU64::new(len),
                 valid: AtomicBool::new(valid),
                 dma,
+                kernel,
                 umem,
                 pages <- new_spinlock_irq!(pages, "rsiw_mr_pages"),
                 max_pages,
@@ -383,8 +360,13 @@ impl Mr {
     /// # Errors
     ///
     /// As [`Mr::register`].
-    pub(crate) fn dma(dev: &IbDevice<Device>, pd: PdId, access: i32) -> Result<(u32, Mr)> {
-        Self::register(dev, pd, 0, access, 0, u64::MAX, Kind::Dma)
+    pub(crate) fn dma(
+        dev: &IbDevice<Device>,
+        pd: PdId,
+        access: i32,
+        kc: KernelConsumer,
+    ) -> Result<(u32, Mr)> {
+        Self::register(dev, pd, 0, access, 0, u64::MAX, Kind::Dma(kc))
     }
 
     /// `reg_user_mr`: pins `len` octets of the caller's memory at `start` for `access` and
@@ -458,6 +440,7 @@ impl Mr {
         pd: PdId,
         ty: b::ib_mr_type,
         max_num_sg: u32,
+        kc: KernelConsumer,
     ) -> Result<(u32, Mr)> {
         if ty != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
             return Err(fail(
@@ -471,7 +454,7 @@ impl Mr {
                 EINVAL,
             ));
         }
-        Self::register(dev, pd, 0, 0, 0, 0, Kind::Fast(max_num_sg))
+        Self::register(dev, pd, 0, 0, 0, 0, Kind::Fast(max_num_sg, kc))
     }
 
     /// `map_mr_sg`, start: forgets the previous page list.

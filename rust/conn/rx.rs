@@ -208,7 +208,7 @@ impl RxCtx<'_> {
                 continue;
             }
             while at < plen && len > 0 {
-                let seg = p.mr.range(p.to + at).ok_or(PlaceError)?;
+                let seg = p.mr.resolve(p.to + at).ok_or(PlaceError)?;
                 let n = seg.len().min(plen - at).min(len as u64);
                 let dst = seg.prefix(n);
                 chunk.copy_to_kva(pos, &dst).map_err(|_| PlaceError)?;

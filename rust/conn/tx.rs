@@ -699,7 +699,7 @@ impl FpduSink<'_> {
             Payload::Pieces { list, idx, off } => {
                 while len > 0 {
                     let p = list.get(*idx).ok_or(EINVAL)?;
-                    let seg = p.mr.range(p.to + u64::from(*off)).ok_or(EFAULT)?;
+                    let seg = p.mr.resolve(p.to + u64::from(*off)).ok_or(EFAULT)?;
                     let left = u64::from(p.len - *off);
                     let n = seg.len().min(left).min(len as u64);
                     let piece = seg.prefix(n);

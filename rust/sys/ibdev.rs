@@ -143,11 +143,13 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
         wrs: WrList<'a, RecvWr>,
     ) -> Result<(), PostError<'a, RecvWr>>;
 
-    /// `get_dma_mr`: returns the STag (lkey = rkey) and the MR data's initialiser.
+    /// `get_dma_mr`: returns the STag (lkey = rkey) and the MR data's initialiser. `kc`
+    /// marks the region as a kernel consumer's.
     fn get_dma_mr(
         dev: &IbDevice<Self>,
         pd: PdId,
         access: i32,
+        kc: super::kmem::KernelConsumer,
     ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
     /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
     /// as `iova`.
@@ -161,12 +163,14 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
         access: i32,
         udata: &mut UserResponse<'_>,
     ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
-    /// `alloc_mr`: a fast-registration MR for up to `max_num_sg` pages.
+    /// `alloc_mr`: a fast-registration MR for up to `max_num_sg` pages. `kc` marks the
+    /// region as a kernel consumer's.
     fn alloc_mr(
         dev: &IbDevice<Self>,
         pd: PdId,
         ty: bindings::ib_mr_type,
         max_num_sg: u32,
+        kc: super::kmem::KernelConsumer,
     ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
     /// `map_mr_sg`, step 1: forget the previous page list.
     fn mr_map_begin(mr: &IbMr<Self::Mr>) -> Result;

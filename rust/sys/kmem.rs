@@ -32,7 +32,7 @@ impl Kva {
     /// `[kva, kva + len)` is mapped kernel memory that stays valid while the memory region
     /// it belongs to is alive (pinned user pages in the linear map, a kernel consumer's DMA
     /// MR or fast-registered pages under rsiw's virtual DMA).
-    pub(crate) unsafe fn new(kva: u64, len: u64) -> Self {
+    pub(super) unsafe fn new(kva: u64, len: u64) -> Self {
         // INVARIANT: guaranteed by the caller.
         Self { kva, len }
     }
@@ -64,6 +64,40 @@ impl Kva {
             kva: self.kva + n,
             len: self.len - n,
         }
+    }
+}
+
+/// The mark of a memory region a kernel consumer created (`get_dma_mr` or `alloc_mr` on a
+/// kernel PD; user space reaches neither verb). Such a region's addresses are the
+/// consumer's DMA addresses, and rsiw uses virtual DMA (`ib_uses_virt_dma()`: the core's
+/// `ib_dma_map_*` return kernel virtual addresses), so they are kernel virtual addresses
+/// of memory the consumer keeps mapped while it has work requests or STags on it out: the
+/// contract every kernel consumer of the RDMA core keeps. A DMA MR with remote rights
+/// (`IB_PD_UNSAFE_GLOBAL_RKEY`) extends that trust to its peer, as the consumer chose.
+///
+/// # Invariants
+///
+/// Created only by [`super::verbs`]'s `get_dma_mr` and `alloc_mr` entry points, for a PD
+/// without a user object.
+pub(crate) struct KernelConsumer(());
+
+impl KernelConsumer {
+    /// The mark of the region `get_dma_mr` or `alloc_mr` is creating.
+    ///
+    /// # Safety
+    ///
+    /// The region is created on a PD without a user object (`uobject` null), and the mark
+    /// goes to that region alone.
+    pub(super) unsafe fn new() -> Self {
+        // INVARIANT: guaranteed by the caller.
+        Self(())
+    }
+
+    /// The range of `len` octets at kernel virtual address `kva` of the consumer's region.
+    pub(crate) fn range(&self, kva: u64, len: u64) -> Kva {
+        // SAFETY: an address of a kernel consumer's region is mapped kernel memory while
+        // the region is used (type invariant).
+        unsafe { Kva::new(kva, len) }
     }
 }
 

@@ -118,6 +118,15 @@ impl UMem {
         }
         None
     }
+
+    /// [`UMem::segment_at`] as a range the transport copies to and from: at most `max`
+    /// octets at octet `off` of the pinned pages (counted as there).
+    pub(crate) fn range_at(&self, off: u64, max: u64) -> Option<super::kmem::Kva> {
+        let (kva, n) = self.segment_at(off)?;
+        // SAFETY: the pages are pinned and in the kernel's linear map while the umem lives
+        // (type invariant); the range's holder keeps the region, hence the umem, alive.
+        Some(unsafe { super::kmem::Kva::new(kva, n.min(max)) })
+    }
 }
 
 impl Drop for UMem {

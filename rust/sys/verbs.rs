@@ -12,6 +12,7 @@
 
 use super::bindings;
 use super::ibdev::{errno, DeviceOps, IbDevice};
+use super::kmem::KernelConsumer;
 use super::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, Obj, PdId, SrqRef};
 use super::udata::UserResponse;
 use super::wr::{PostError, RecvWr, SendWr, WrList};
@@ -500,8 +501,14 @@ impl<T: DeviceOps> IbDevice<T> {
         access: c_int,
     ) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of a live device of this type.
-        let dev = unsafe { Self::from_raw((*pd).device) };
-        match T::get_dma_mr(dev, PdId::of(pd), access) {
+        let (dev, user_pd) = unsafe { (Self::from_raw((*pd).device), !(*pd).uobject.is_null()) };
+        if user_pd {
+            // User space has no verb that reaches here; the core never asks for it.
+            return EINVAL.to_ptr();
+        }
+        // SAFETY: a kernel PD (checked above); the mark goes to the region created here.
+        let kc = unsafe { KernelConsumer::new() };
+        match T::get_dma_mr(dev, PdId::of(pd), access, kc) {
             Ok((stag, init)) => Self::new_mr(stag, init),
             Err(e) => e.to_ptr(),
         }
@@ -543,9 +550,15 @@ impl<T: DeviceOps> IbDevice<T> {
         ty: bindings::ib_mr_type,
         max_num_sg: u32,
     ) -> *mut bindings::ib_mr {
-        // SAFETY: a live PD of a live device.
-        let dev = unsafe { Self::from_raw((*pd).device) };
-        match T::alloc_mr(dev, PdId::of(pd), ty, max_num_sg) {
+        // SAFETY: a live PD of a live device of this type.
+        let (dev, user_pd) = unsafe { (Self::from_raw((*pd).device), !(*pd).uobject.is_null()) };
+        if user_pd {
+            // User space has no verb that reaches here; the core never asks for it.
+            return EINVAL.to_ptr();
+        }
+        // SAFETY: a kernel PD (checked above); the mark goes to the region created here.
+        let kc = unsafe { KernelConsumer::new() };
+        match T::alloc_mr(dev, PdId::of(pd), ty, max_num_sg, kc) {
             Ok((stag, init)) => Self::new_mr(stag, init),
             Err(e) => e.to_ptr(),
         }
