@@ -3,7 +3,8 @@
 //! Pinned user memory (`struct ib_umem`) for user memory regions.
 //!
 //! The data paths write into and read from a region through the umem's scatter table
-//! ([`UMem::segment_at`]); this module keeps the umem alive for the region's lifetime and
+//! ([`UMem::range_at`]: a binary search of the table's entries, indexed once when the
+//! memory is pinned); this module keeps the umem alive for the region's lifetime and
 //! releases it (unpinning the pages) when the last reference to the region goes. That can
 //! be in the receive path (softirq), while releasing may sleep, so the release runs on
 //! rsiw's workqueue.
@@ -22,10 +23,21 @@ use kernel::prelude::*;
 /// to release it from the workqueue. Its fields and its DMA-mapped scatter table do not
 /// change while it exists. rsiw devices use virtual DMA (no `dma_device`), so the table's
 /// DMA addresses are the kernel virtual addresses of the pinned pages
-/// (`ib_dma_virt_map_sg()`).
+/// (`ib_dma_virt_map_sg()`). `extents` is empty or holds the table's DMA-mapped entries
+/// in order, each at the sum of the lengths before it.
 pub(crate) struct UMem {
     ptr: NonNull<bindings::ib_umem>,
     release: NonNull<bindings::rsiw_umem_release>,
+    extents: KVVec<Extent>,
+}
+
+/// One DMA-mapped entry of a umem's scatter table: `len` octets at kernel virtual address
+/// `kva`, from octet `off` of the pinned pages (counted from the start of the first page).
+#[derive(Clone, Copy)]
+struct Extent {
+    off: u64,
+    kva: u64,
+    len: u64,
 }
 
 // SAFETY: the umem is immutable after creation; its release is queued from any thread and
@@ -64,8 +76,49 @@ impl UMem {
             unsafe { bindings::ib_umem_release(ptr.as_ptr()) };
             return Err(ENOMEM);
         };
-        // INVARIANT: a umem from `ib_umem_get_va`, now owned by us, with its release.
-        Ok(Self { ptr, release })
+        // INVARIANT: a umem from `ib_umem_get_va`, now owned by us, with its release; no
+        // extents yet. Dropped on error, it releases the umem.
+        let mut this = Self {
+            ptr,
+            release,
+            extents: KVVec::new(),
+        };
+        this.extents = this.index()?;
+        Ok(this)
+    }
+
+    /// The scatter table's DMA-mapped entries, in order (walked once, here, rather than
+    /// for every lookup of the data paths).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; `EINVAL` if the table is shorter than `nents` or longer than `u64`.
+    fn index(&self) -> Result<KVVec<Extent>> {
+        // SAFETY: the umem is live and immutable (type invariant); `ib_umem_get` built its
+        // scatter table from whole pages and DMA-mapped `nents` entries of it.
+        let (mut sg, n) = unsafe {
+            let t = &(*self.ptr.as_ptr()).sgt_append.sgt;
+            (t.sgl, t.nents)
+        };
+        let mut extents = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
+        let mut off = 0u64;
+        for _ in 0..n {
+            if sg.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: `sg` is one of the `nents` mapped entries of the live table.
+            let (kva, len) = unsafe {
+                (
+                    bindings::rsiw_sg_dma_address(sg),
+                    u64::from(bindings::rsiw_sg_dma_len(sg)),
+                )
+            };
+            extents.push(Extent { off, kva, len }, GFP_KERNEL)?;
+            off = off.checked_add(len).ok_or(EINVAL)?;
+            // SAFETY: as above; `sg_next` follows chained tables and returns null at the end.
+            sg = unsafe { bindings::rsiw_sg_next(sg) };
+        }
+        Ok(extents)
     }
 
     /// The user virtual address of the first octet.
@@ -89,34 +142,14 @@ impl UMem {
     /// the start of the first page (so octet `k` of the range is at
     /// `off = page_offset() + k`), and how many octets are contiguous from there; `None`
     /// beyond the last page.
-    pub(crate) fn segment_at(&self, off: u64) -> Option<(u64, u64)> {
-        // SAFETY: the umem is live and immutable (type invariant); `ib_umem_get` built its
-        // scatter table from whole pages and DMA-mapped `nents` entries of it.
-        let (mut sg, n) = unsafe {
-            let t = &(*self.ptr.as_ptr()).sgt_append.sgt;
-            (t.sgl, t.nents)
-        };
-        let mut base = 0u64;
-        for _ in 0..n {
-            if sg.is_null() {
-                return None;
-            }
-            // SAFETY: `sg` is one of the `nents` mapped entries of the live table.
-            let (addr, len) = unsafe {
-                (
-                    bindings::rsiw_sg_dma_address(sg),
-                    u64::from(bindings::rsiw_sg_dma_len(sg)),
-                )
-            };
-            let rel = off.checked_sub(base)?;
-            if rel < len {
-                return Some((addr.checked_add(rel)?, len - rel));
-            }
-            base = base.checked_add(len)?;
-            // SAFETY: as above; `sg_next` follows chained tables and returns null at the end.
-            sg = unsafe { bindings::rsiw_sg_next(sg) };
+    fn segment_at(&self, off: u64) -> Option<(u64, u64)> {
+        let i = self.extents.partition_point(|e| e.off + e.len <= off);
+        let e = self.extents.get(i)?;
+        let rel = off.checked_sub(e.off)?;
+        if rel >= e.len {
+            return None;
         }
-        None
+        Some((e.kva.checked_add(rel)?, e.len - rel))
     }
 
     /// [`UMem::segment_at`] as a range the transport copies to and from: at most `max`
