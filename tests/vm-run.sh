@@ -10,7 +10,10 @@
 # RSIW_RUN_DIR (a scratch directory shared with the host).
 #
 # Prints the command's output; exits with its status.  A boot failure, a guest panic or a
-# timeout exits non-zero and shows the tail of the guest console.
+# timeout exits non-zero and shows the tail of the guest console.  A guest that is still
+# running 45 s before the timeout gets an NMI through the QEMU monitor: it panics
+# (unknown_nmi_panic) and prints every CPU's backtrace, memory and blocked tasks to the
+# console, so that a hang shows where the guest was stuck.
 #
 # KVM is used only if a real probe boots this kernel under KVM (this kind of machine
 # exposes /dev/kvm but cannot run stock kernels with it); RSIW_KVM=0|1 overrides.
@@ -104,6 +107,21 @@ chmod +x "$run/cmd.sh"
 
 log "vm ($flavour): booting $(basename "$kernel"), running: $*"
 rc=0
+# The hang watchdog (see the header): the monitor socket is in the run directory, which
+# the chroot sees at the same path.
+monitor="$run/monitor.sock"
+if [ "$timeout_s" -gt 90 ] && command -v python3 >/dev/null; then
+	(
+		sleep $((timeout_s - 45))
+		[ -S "$monitor" ] || exit 0
+		log "vm ($flavour): still running 45 s before the timeout: NMI to the guest"
+		python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(0.5)
+s.sendall(b"nmi\n"); time.sleep(0.5)' "$monitor" || true
+	) &
+	watchdog=$!
+	trap 'kill "$watchdog" 2>/dev/null; rm -rf "$run"' EXIT
+fi
 set +e +o pipefail
 # The console log holds everything; stdout shows only the command's output.
 timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c '
@@ -123,7 +141,8 @@ timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c
 ' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
 	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus 2 --user root \
 	--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
-	--append "panic_on_warn=0 panic=-1 oops=panic no5lvl" \
+	--append "panic_on_warn=0 panic=-1 oops=panic no5lvl unknown_nmi_panic panic_sys_info=all_bt,mem,blocked_tasks" \
+	--qemu-opts="-monitor unix:$monitor,server,nowait" \
 	--exec "$run/cmd.sh" </dev/null 2>&1 | tr -d '\r' | tee "$run/console.log" |
 	sed -un 's/^.*@@ //p'
 status=${PIPESTATUS[0]}
@@ -152,5 +171,12 @@ if [ "$status" = 124 ] || [ "$status" = 137 ]; then
 else
 	log "vm ($flavour): the guest did not finish the command (vng exit $status); last guest console lines:"
 fi
-tail -n 60 "$run/console.log" >&2
+kept="$RSIW_TOP/build/vm-$flavour-console.log"
+mkdir -p "$(dirname "$kept")" && cp "$run/console.log" "$kept" && log "vm ($flavour): console log kept in $kept"
+if grep -q 'NMI received for unknown reason' "$run/console.log"; then
+	# The watchdog's NMI: the backtraces tell where the guest hung.
+	sed -n '/NMI received for unknown reason/,$p' "$run/console.log" | head -n 400 >&2
+else
+	tail -n 60 "$run/console.log" >&2
+fi
 exit 99
