@@ -44,8 +44,14 @@ static void rsiw_sk_write_space(struct sock *sk)
 	read_lock(&sk->sk_callback_lock);
 	cb = rsiw_sk_cb_of(sk);
 	if (cb) {
+		/*
+		 * TCP calls this on every ACK that frees memory while SOCK_NOSPACE is set;
+		 * sk_stream_write_space() clears the flag once a third of the send buffer is
+		 * free. Sending resumes then, not per ACK (the C siw does the same).
+		 */
 		cb->orig_write_space(sk);
-		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_WRITE_SPACE);
+		if (sk->sk_socket && !test_bit(SOCK_NOSPACE, &sk->sk_socket->flags))
+			cb->event(cb->ctx, sk->sk_socket, RSIW_SK_WRITE_SPACE);
 	}
 	read_unlock(&sk->sk_callback_lock);
 }
