@@ -10,6 +10,7 @@
 mkdir -p "$RSIW_TOP/build"
 log "bench: rsiw vs siw on Debian's kernel (about 15 minutes under TCG)"
 "$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout "${RSIW_BENCH_TIMEOUT:-3600}" -- \
-	env RSIW_BENCH_REPEAT="${RSIW_BENCH_REPEAT:-5}" RSIW_BENCH_OUT=build/bench.json \
+	env RSIW_BENCH_REPEAT="${RSIW_BENCH_REPEAT:-5}" RSIW_BENCH_ONLY="${RSIW_BENCH_ONLY:-}" \
+	RSIW_BENCH_OUT=build/bench.json \
 	python3 tests/guest/bench.py
 log "bench: results in build/bench.json"

@@ -15,6 +15,8 @@ through the kernel's TCP stack). Each measurement alternates rsiw and siw runs
 
 Absolute numbers under QEMU's TCG mean little; the ratios compare the two providers under
 the same emulation. Results go to stdout and, as JSON, to $RSIW_BENCH_OUT if set.
+RSIW_BENCH_ONLY=REGEX runs only the measures whose name matches (`make bench
+RSIW_BENCH_ONLY=lat` for the two latencies), for a quick look at one of them.
 """
 import json
 import os
@@ -163,6 +165,8 @@ CASES = ([(f"{t} {s // 1024} KiB MB/s", "higher", lambda t=t, s=s: bw(t, s))
          + [(f"{t} 2 B cycles", "lower", lambda t=t: lat(t))
             for t in ("ib_write_lat", "ib_send_lat")]
          + [("kernel KiB, 8 QPs open", "lower", mem)])
+if os.environ.get("RSIW_BENCH_ONLY"):
+    CASES = [c for c in CASES if re.search(os.environ["RSIW_BENCH_ONLY"], c[0])]
 
 
 def main():
