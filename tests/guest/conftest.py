@@ -3,11 +3,16 @@
 
 Every test is checked afterwards for kernel problems: new dmesg lines with BUG:,
 WARNING:, KASAN, Oops, lockdep reports, or kmemleak leaks whose backtrace names rsiw.
+
+One lockdep report is known and not rsiw's (KNOWN_UPSTREAM): it is shown as a pytest
+warning instead. Lockdep turns itself off after its first report, so the test that can
+trigger it (NVMe-oF) runs last.
 """
 import os
 import re
 import subprocess
 import time
+import warnings
 
 import pytest
 
@@ -21,6 +26,50 @@ BAD_DMESG = re.compile(
     r"list_del corruption|refcount_t:|UBSAN|kernel BUG"
 )
 KMEMLEAK = "/sys/kernel/debug/kmemleak"
+
+# Lockdep reports of upstream code that rsiw's tests can trigger, by the locks they name;
+# a report matches only if it names every lock listed and no rsiw code.
+KNOWN_UPSTREAM = {
+    # nvmet-rdma: a command that arrived before the target's queue saw ESTABLISHED is run
+    # from the rdma_cm handler (nvmet_rdma_queue_established(), under the connection id's
+    # handler_mutex) and takes nvmet_config_sem; removing the port takes nvmet_config_sem
+    # and then the listening id's handler_mutex in rdma_destroy_id(). Two different
+    # rdma_cm ids share the lock class, hence the report; any transport can win that race
+    # (RFC 5044 lets the Initiator send as soon as the Reply arrived).
+    "nvmet-rdma: nvmet_config_sem vs rdma_cm handler_mutex":
+        ("nvmet_config_sem", "&id_priv->handler_mutex"),
+}
+LOCKDEP_START = re.compile(r"WARNING: possible circular locking dependency detected")
+
+
+def known_upstream(lines):
+    """Splits kernel log lines into (lines to check, names of known upstream reports): a
+    lockdep report runs from its WARNING line to the end of its stack backtrace."""
+    keep, known, i = [], [], 0
+    while i < len(lines):
+        if not LOCKDEP_START.search(lines[i]):
+            keep.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and "</TASK>" not in lines[j]:
+            j += 1
+        block = lines[i:j + 1]
+        text = "\n".join(block)
+        name = next((n for n, locks in KNOWN_UPSTREAM.items()
+                     if all(lk in text for lk in locks) and "rsiw" not in text), None)
+        if name:
+            known.append(name)
+        else:
+            keep.extend(block)
+        i = j + 1
+    return keep, known
+
+
+def pytest_collection_modifyitems(items):
+    """Runs the NVMe-oF tests last: they can trigger a known upstream lockdep report
+    (KNOWN_UPSTREAM), after which lockdep is off for the rest of the boot."""
+    items.sort(key=lambda it: "test_nvmeof.py" in it.nodeid)
 
 
 def sh(cmd, check=True, timeout=120):
@@ -161,7 +210,9 @@ def kernel_clean(request):
     """Fails the test if it made the kernel report a problem."""
     mark = dmesg_mark()
     yield
-    new = dmesg_since(mark)
+    new, known = known_upstream(dmesg_since(mark))
+    for name in known:
+        warnings.warn(f"known upstream lockdep report ({name}); lockdep is now off")
     bad = [line for line in new if BAD_DMESG.search(line)]
     assert not bad, "kernel reported problems during the test:\n" + "\n".join(new[-80:])
     leaks = rsiw_leaks(kmemleak_report())
