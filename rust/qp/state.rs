@@ -308,8 +308,12 @@ impl Qp {
             if new == State::Error {
                 Self::after_error(qp, prev);
                 // An abrupt disconnect (iw_cm) or the consumer's ERROR: the connection
-                // closes (its mutex is taken without QP locks held).
-                if let Some(c) = qp.conn.lock().take() {
+                // closes (its mutex is taken without QP locks held). The slot's guard
+                // must end with this statement: closing detaches the connection from the
+                // slot, and a guard living on in an `if let` scrutinee (edition 2021)
+                // would deadlock it on its own spinlock.
+                let conn = qp.conn.lock().take();
+                if let Some(c) = conn {
                     drop(attrs);
                     c.close();
                     return Ok(());

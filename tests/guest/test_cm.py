@@ -113,6 +113,46 @@ def test_accept_and_disconnect(cm_dev):
     assert res == "connected", res
 
 
+def test_consumer_killed_while_connected(cm_dev):
+    """The accepting process is killed while connected: closing its rdma_cm file destroys
+    the id, and iw_cm moves the connected QP to ERROR, which closes the connection from
+    the QP's side. This once deadlocked rsiw on the QP's connection slot (a soft lockup of
+    the dying process). The process must die promptly and the client see the end."""
+    srv = server(7477, "hold", 120)
+    script = textwrap.dedent("""
+        import sys
+        import time
+        from pyverbs import cm_enums as ce
+        from pyverbs.cmid import AddrInfo, CMID, ConnParam
+        from pyverbs.pyverbs_error import PyverbsError
+        from pyverbs.qp import QPCap, QPInitAttr
+        ai = AddrInfo(src=sys.argv[1], dst=sys.argv[1], dst_service="7477",
+                      port_space=ce.RDMA_PS_TCP)
+        cmid = CMID(creator=ai, qp_init_attr=QPInitAttr(cap=QPCap(max_send_wr=4,
+                                                                  max_recv_wr=4)))
+        cmid.connect(ConnParam(resources=4, depth=4))
+        print("connected", flush=True)
+        time.sleep(float(sys.argv[2]))
+        try:
+            cmid.disconnect()
+        except PyverbsError:
+            pass
+        cmid.close()
+        print("closed", flush=True)
+        """)
+    cli = subprocess.Popen([sys.executable, "-c", script, ADDR, "10"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    assert cli.stdout.readline().strip() == "connected"
+    assert srv.stdout.readline().strip() == "accepted"
+    srv.kill()
+    try:
+        srv.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the killed server did not die within 60 s")
+    out, _ = cli.communicate(timeout=120)
+    assert cli.returncode == 0 and "closed" in out, out
+
+
 def test_connect_to_nobody_is_refused(cm_dev):
     res = connect(7473)
     assert res in (f"connect-errno {errno.ECONNREFUSED}", f"connect-errno {errno.ECONNRESET}"), res
