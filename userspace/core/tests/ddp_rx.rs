@@ -1321,3 +1321,29 @@ proptest! {
         prop_assert_eq!(o, ones);
     }
 }
+
+/// WIRE.md §4 row 3, as a hostile peer sends it (the VM's test_hostile.py): the MPA Request
+/// again in Full Operation. It frames as an FPDU of ULPDU_Length 0x4D50 whose header (ctrl
+/// `41 20`: RV 0) is complete in the 22 octets that follow. Nothing is placed or reported
+/// while the FPDU is incomplete (with CRC its header cannot be believed before the CRC is
+/// checked; without CRC the verdict is also given at the FPDU's end), and once the peer has
+/// sent the rest of it the TERMINATE is RDMAP 0/2/0x05.
+#[test]
+fn mpa_request_in_full_operation_is_terminated() {
+    let mut req = b"MPA ID Req Frame".to_vec();
+    req.extend_from_slice(&[0x10, 2, 0, 4, 0, 1, 0, 1]);
+    let (_, o) = run_once(Framing::PLAIN, Config::RFC, IRD, &mut mem(), &req);
+    assert!(
+        o.placed.is_empty() && o.events.is_empty() && o.terms.is_empty(),
+        "{o:?}"
+    );
+    // 2 + 0x4D50 octets, pad to 4, CRC field: 19800 octets in all.
+    req.resize(19800, 0);
+    let (_, o) = run_once(Framing::PLAIN, Config::RFC, IRD, &mut mem(), &req);
+    assert!(o.placed.is_empty() && o.events.is_empty(), "{o:?}");
+    assert_eq!(o.terms.len(), 1, "{o:?}");
+    assert_eq!(
+        o.terms[0].cause,
+        cause_rdmap(RdmapError::RemoteOperation(OperationError::InvalidVersion))
+    );
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The rsiw end of test_hostile.py: a pyverbs server that accepts N connections one after
+the other and reports, for each, what the peer's FPDUs did to its memory.
+
+    hostile_target.py ADDR PORT N
+
+Per connection it registers, on the connection's PD, one region of three pages filled
+with FILL, and over its middle page two MRs: one with remote write access, one with
+remote read access only. It posts one receive of 64 octets, prints one JSON line with the
+middle page's address and the two rkeys, and accepts. Then it waits for that receive to complete (a Send from the
+peer, or a flush once the connection ended) and prints one JSON line: the receive's
+status, length and first octets, and every run of the three pages that is no longer FILL
+(offset and octets, hex). The whole region is checked, so a byte placed beyond the MR's
+page, before or after it, shows.
+
+Runs as a separate process (never in the pytest process: librdmacm keeps every device's
+verbs context open for the life of a process, which would pin the module).
+"""
+
+import json
+import mmap
+import sys
+
+import pyverbs.cm_enums as ce
+from pyverbs import enums as e
+from pyverbs.cmid import AddrInfo, CMID, ConnParam
+from pyverbs.mr import MR
+from pyverbs.pyverbs_error import PyverbsError
+from pyverbs.qp import QPCap, QPInitAttr
+
+PAGE = mmap.PAGESIZE
+FILL = 0x5A
+
+
+def changed_runs(data):
+    """[[offset, hex octets]] of the runs of `data` that are not FILL."""
+    runs, start = [], None
+    for i, v in enumerate(data + bytes([FILL])):
+        if v != FILL and start is None:
+            start = i
+        elif v == FILL and start is not None:
+            runs.append([start, data[start:i].hex()])
+            start = None
+    return runs
+
+
+def serve_one(listener):
+    cid = listener.get_request()
+    region = MR(cid.pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
+    region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
+    middle = region.buf + PAGE
+    wr = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=middle)
+    ro = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
+    rcv = cid.reg_msgs(64)
+    cid.post_recv(rcv)
+    print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey}), flush=True)
+    cid.accept(ConnParam(resources=1, depth=1))
+    wc = cid.get_recv_comp()
+    report = {
+        "status": wc.status,
+        "len": wc.byte_len,
+        "recv": rcv.read(min(wc.byte_len, 64), 0).hex() if wc.status == 0 else "",
+        "changes": changed_runs(region.read(3 * PAGE, 0)),
+    }
+    print(json.dumps(report), flush=True)
+    try:
+        cid.disconnect()
+    except PyverbsError:
+        pass  # the connection may have ended already
+    for obj in (ro, wr, region, rcv, cid):
+        obj.close()
+
+
+def main():
+    addr, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
+    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    listener = CMID(creator=ai, qp_init_attr=QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap))
+    listener.listen()
+    print("listening", flush=True)
+    for _ in range(n):
+        serve_one(listener)
+    listener.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A hostile iWARP peer against rsiw: a raw TCP Initiator in this process speaks MPA
+revision 2 to an rsiw listener (hostile_target.py, a pyverbs server), then sends FPDUs
+that RFC 5040/5041 forbid. For each, rsiw must answer with exactly one TERMINATE carrying
+the RFC's layer, etype and ecode (RFC 5040 §7.2, RFC 5041 §7.2, the table in
+shared/spec/WIRE.md), close the connection, flush the consumer's receive, and place
+nothing: the target checks three whole pages around its MR, so a byte written before or
+after the MR, or into it without the access right, fails the test. A well-formed Write
+and Send on a connection of their own show that the peer's framing is right, so that
+every TERMINATE below is one for the fault it was sent.
+
+After the test the usual fixtures check dmesg (no oops, KASAN, lockdep) and kmemleak,
+and `rmmod rsiw` must succeed.
+"""
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import sh
+
+DEV = "rsiw0"
+ADDR = "10.91.0.1"
+PORT = 7490
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TARGET = os.path.join(os.path.dirname(__file__), "hostile_target.py")
+T_IO = 60
+
+IBV_WC_SUCCESS = 0
+IBV_WC_WR_FLUSH_ERR = 5
+
+# TERMINATE header flags (RFC 5040 §4.8): the offending DDP segment length and header
+# (M, D) and the offending RDMAP header (R) are included.
+HDR_M, HDR_D, HDR_R = 0x80, 0x40, 0x20
+
+
+def fpdu(ulpdu):
+    """An FPDU without markers: ULPDU_Length (2 octets, network order), the ULPDU, pad to
+    4 octets, and a CRC field of zero (no CRC negotiated: RFC 5044 §4.1 lets the receiver
+    ignore it)."""
+    body = struct.pack(">H", len(ulpdu)) + ulpdu
+    return body + bytes((-len(body)) % 4) + bytes(4)
+
+
+def write(stag, to, data):
+    """RDMA Write, one segment: tagged DDP header (T=1, L=1, DV=1), RDMAP RV=1 opcode 0."""
+    return fpdu(bytes([0xC1, 0x40]) + struct.pack(">IQ", stag, to) + data)
+
+
+def send(data, msn=1):
+    """Send, one segment: untagged DDP header on QN 0."""
+    return fpdu(bytes([0x41, 0x43]) + struct.pack(">IIII", 0, 0, msn, 0) + data)
+
+
+def read_request(src_stag, src_to, size, msn=1):
+    """RDMA Read Request on QN 1 (its sink STag and TO are the Initiator's own)."""
+    return fpdu(bytes([0x41, 0x41]) + struct.pack(">IIII", 0, 1, msn, 0)
+                + struct.pack(">IQIIQ", 0x1234, 0, size, src_stag, src_to))
+
+
+def mpa_request():
+    """MPA Request, revision 2, S=1, no CRC, no markers; private data: the RFC 6581
+    IRD/ORD block (IRD 1, ORD 1, not peer-to-peer)."""
+    pd = struct.pack(">HH", 1, 1)
+    return b"MPA ID Req Frame" + bytes([0x10, 2]) + struct.pack(">H", len(pd)) + pd
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, f"connection closed after {len(buf)} of {n} octets: {buf.hex()}"
+        buf += chunk
+    return buf
+
+
+def recv_all(s):
+    """Everything until the peer closes (FIN or reset); fails if it has not closed within
+    T_IO seconds."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        except TimeoutError:
+            raise AssertionError(f"rsiw did not close within {T_IO} s; sent {data.hex()}")
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def connect(target):
+    """MPA startup as Initiator; returns (socket, middle page address, write rkey, read
+    rkey) as the target printed them (see hostile_target.py)."""
+    s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+    s.sendall(mpa_request())
+    keys = target()
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    assert rep[16] & 0x20 == 0, f"rsiw rejected the MPA Request: {rep.hex()}"
+    assert rep[16] & 0xC0 == 0, f"rsiw asked for markers or CRC: {rep.hex()}"
+    pd = recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    # Revision 2 with the RFC 6581 IRD/ORD block (S=1): IRD 1, ORD 1 (the target's).
+    assert (rep[17], rep[16] & 0x10, pd) == (2, 0x10, bytes.fromhex("00010001")), \
+        (rep.hex(), pd.hex())
+    return s, keys["addr"], keys["wkey"], keys["rkey"]
+
+
+def terminate_of(data):
+    """(layer, etype, ecode, header flags) of the one TERMINATE FPDU `data` must be."""
+    assert len(data) >= 24, f"no TERMINATE from rsiw: {data.hex()}"
+    ulen = int.from_bytes(data[:2], "big")
+    total = 2 + ulen + (-(2 + ulen)) % 4 + 4
+    assert data[2] == 0x41 and data[3] == 0x47, f"not a TERMINATE (RDMAP opcode 7): {data.hex()}"
+    qn, msn, mo = struct.unpack(">III", data[8:20])
+    assert (qn, msn, mo) == (2, 1, 0), f"TERMINATE on QN {qn} MSN {msn} MO {mo}: {data.hex()}"
+    assert len(data) == total, f"rsiw sent more than one TERMINATE FPDU: {data.hex()}"
+    return data[20] >> 4, data[20] & 0x0F, data[21], data[22] & 0xE0
+
+
+@pytest.fixture
+def target(rsiw, dummy):
+    """rsiw0 on the dummy netdev and hostile_target.py listening on it for `n`
+    connections; yields a function returning the target's next JSON line (the MR keys
+    of a connection being accepted, or its report once it ended)."""
+    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh("modprobe rdma_ucm")
+    procs = []
+
+    def start(n):
+        p = subprocess.Popen([sys.executable, TARGET, ADDR, str(PORT), str(n)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        line = p.stdout.readline().strip()
+        assert line == "listening", line + p.stdout.read()
+
+        def report():
+            line = p.stdout.readline()
+            assert line.startswith("{"), "target failed: " + line + p.stdout.read()
+            return json.loads(line)
+        return report
+
+    yield start
+    for p in procs:
+        try:
+            rc = p.wait(timeout=T_IO)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        assert rc == 0, f"target exited {rc}: {p.stdout.read()}"
+    sh(f"rdma link del {DEV}", check=False)
+
+
+# (name, FPDU builder, expected TERMINATE (layer, etype, ecode), header flags):
+# RFC 5041 §7.2 (layer 1 DDP, etype 1 tagged buffer) and RFC 5040 §7.2 (layer 0 RDMAP,
+# etype 1 remote protection, etype 2 remote operation); WIRE.md rows 3, 21 and 22.
+CASES = [
+    # The last 8 octets of the MR and 8 beyond it: base or bounds violation.
+    ("write_past_the_end", lambda a, w, r: write(w, a + PAGE - 8, b"\xEE" * 16),
+     (1, 1, 0x01), HDR_M | HDR_D),
+    # 8 octets before the MR and 8 inside it.
+    ("write_before_the_start", lambda a, w, r: write(w, a - 8, b"\xEE" * 16),
+     (1, 1, 0x01), HDR_M | HDR_D),
+    # TO + length wraps 64 bits.
+    ("write_to_wraps", lambda a, w, r: write(w, (1 << 64) - 8, b"\xEE" * 16),
+     (1, 1, 0x03), HDR_M | HDR_D),
+    # An MR without remote write access: DDP has no access-rights code, Invalid STag.
+    ("write_without_the_right", lambda a, w, r: write(r, a + 64, b"\xEE" * 16),
+     (1, 1, 0x00), HDR_M | HDR_D),
+    # An STag nobody registered (index 0xABCDE, the write MR's key).
+    ("write_unknown_stag", lambda a, w, r: write(0xABCDE00 | (w & 0xFF), a, b"\xEE" * 16),
+     (1, 1, 0x00), HDR_M | HDR_D),
+    # A Read Request reaching past the end of the readable MR: RDMAP remote protection,
+    # base or bounds, with the Read Request header echoed (R).
+    ("read_past_the_end", lambda a, w, r: read_request(r, a + PAGE - 8, 16),
+     (0, 1, 0x01), HDR_M | HDR_D | HDR_R),
+    # The MPA Request again in Full Operation: parsed as an FPDU of ULPDU_Length 0x4D50
+    # whose RDMAP version is 0 (WIRE.md row 3): invalid RDMAP version. rsiw gives a
+    # segment's verdict at the end of its FPDU, so the rest of the FPDU (19800 octets in
+    # all) follows.
+    ("mpa_request_again", lambda a, w, r: mpa_request().ljust(19800, b"\0"), (0, 2, 0x05),
+     HDR_M | HDR_D),
+]
+
+
+def test_wellformed_write_and_send_are_placed(target):
+    """The control: a Write inside the MR and a Send are placed and completed, and rsiw
+    sends nothing back (no TERMINATE) before it closes after the peer's FIN."""
+    report = target(1)
+    s, addr, wkey, _ = connect(report)
+    s.sendall(write(wkey, addr + 100, bytes(range(1, 17))) + send(b"done"))
+    s.shutdown(socket.SHUT_WR)
+    back = recv_all(s)
+    s.close()
+    r = report()
+    assert back == b"", f"rsiw answered a well-formed stream with {back.hex()}"
+    assert (r["status"], r["len"], r["recv"]) == (IBV_WC_SUCCESS, 4, b"done".hex()), r
+    assert r["changes"] == [[PAGE + 100, bytes(range(1, 17)).hex()]], r
+
+
+def test_hostile_fpdus_are_terminated_and_place_nothing(target):
+    """Each forbidden FPDU, on a connection of its own: one TERMINATE with the RFC's
+    layer/etype/ecode and header flags, then the connection closes, the consumer's
+    receive is flushed, and no octet of the three pages around the MR changed."""
+    report = target(len(CASES))
+    errs = []
+    for name, build, want, flags in CASES:
+        s, addr, wkey, rkey = connect(report)
+        s.sendall(build(addr, wkey, rkey))
+        try:
+            data = recv_all(s)
+        finally:
+            s.close()
+        r = report()
+        try:
+            layer, etype, ecode, hdr = terminate_of(data)
+        except AssertionError as e:
+            errs.append(f"{name}: {e}")
+            continue
+        if (layer, etype, ecode) != want:
+            errs.append(f"{name}: TERMINATE {layer}/{etype}/{ecode:#04x}, want "
+                        f"{want[0]}/{want[1]}/{want[2]:#04x}")
+        if hdr != flags:
+            errs.append(f"{name}: TERMINATE header flags {hdr:#04x}, want {flags:#04x}")
+        if r["status"] != IBV_WC_WR_FLUSH_ERR:
+            errs.append(f"{name}: the consumer's receive completed with {r['status']}, "
+                        "want a flush")
+        if r["changes"]:
+            errs.append(f"{name}: memory changed: {r['changes']}")
+    assert not errs, "\n".join(errs)
