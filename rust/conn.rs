@@ -92,8 +92,12 @@ pub(crate) enum Reason {
     PeerClosed,
     /// The TCP connection failed (reset, error).
     Reset,
-    /// A protocol error: a TERMINATE was sent, or the peer sent one.
+    /// A protocol error: a TERMINATE was sent, or the peer sent one (the QP reports
+    /// `IB_EVENT_QP_FATAL`).
     Terminated,
+    /// A TERMINATE for a memory protection error the peer caused was sent
+    /// ([`TermCause::is_protection_error`]; the QP reports `IB_EVENT_QP_ACCESS_ERR`).
+    AccessError,
     /// The consumer disconnected or destroyed the QP.
     Local,
 }
@@ -352,6 +356,7 @@ impl Conn {
             Qp::detach_conn(qp.qp());
             let ev = match why {
                 Reason::Terminated | Reason::Reset => Some(b::ib_event_type_IB_EVENT_QP_FATAL),
+                Reason::AccessError => Some(b::ib_event_type_IB_EVENT_QP_ACCESS_ERR),
                 Reason::PeerClosed | Reason::Local => None,
             };
             // Work requests still held here complete with a flush error.

@@ -346,18 +346,21 @@ mod suite {
             ) == 0
         );
 
-        // A fatal error (CM, data path): event, flush of the rest (the armed CQ fires).
+        // A fatal error (CM, data path): its event, a flush of the rest (the armed CQ
+        // fires once), and, as a send WQE was flushed, SQ_DRAINED after the error's event.
+        req!(qp.post_send(&[send(17, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
         req!(qp.post_recv(&[recv(16, &one)]));
         let events = QP_EV.count();
         Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
-        check!(QP_EV.count() == events + 1 && QP_EV.last() == b::ib_event_type_IB_EVENT_QP_FATAL);
+        check!(QP_EV.count() == events + 2 && QP_EV.last() == b::ib_event_type_IB_EVENT_SQ_DRAINED);
         check!(CQ_EV.count() == calls + 3);
         let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+        check!(poll_one(&cq) == Some((17, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
         check!(poll_one(&cq) == Some((16, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
         check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
         check!(req!(qp.query()).0 == ERR);
         Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
-        check!(QP_EV.count() == events + 1);
+        check!(QP_EV.count() == events + 2);
         // In ERROR, posting completes at once (what ib_drain_qp relies on).
         req!(qp.post_send(&[send(40, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
         req!(qp.post_recv(&[recv(41, &one)]));

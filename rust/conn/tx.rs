@@ -48,8 +48,8 @@ pub(super) enum JobKind {
     /// A Read Response; it frees its IRD slot just before its last FPDU is queued (the
     /// peer may send its next Read Request as soon as that arrived).
     ReadResponse,
-    /// A TERMINATE: the connection closes once it is queued.
-    Terminate,
+    /// A TERMINATE with its cause: the connection closes once it is queued.
+    Terminate(TermCause),
     /// The peer-to-peer model's zero-length RTR message (RFC 6581 §5), sent first.
     Rtr,
 }
@@ -199,11 +199,12 @@ impl Conn {
                     }
                 }
                 g.job = None;
+                let cause = t.cause;
                 if g.tx.start(Message::Terminate(t)).is_err() {
                     Self::close_locked(this, g, Reason::Terminated);
                     return false;
                 }
-                g.job = Some((JobKind::Terminate, Payload::None));
+                g.job = Some((JobKind::Terminate(cause), Payload::None));
             }
             if g.job.is_none() {
                 if !Self::next_job(this, g) {
@@ -305,9 +306,14 @@ impl Conn {
                 let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
             }
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
-            JobKind::Terminate => {
+            JobKind::Terminate(cause) => {
                 qp.device().count(Stat::TerminateSent, 1);
-                Self::close_locked(this, g, Reason::Terminated)
+                let why = if cause.is_protection_error() {
+                    Reason::AccessError
+                } else {
+                    Reason::Terminated
+                };
+                Self::close_locked(this, g, why)
             }
         }
     }

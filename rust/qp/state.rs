@@ -198,7 +198,8 @@ impl Qp {
 
     /// Enters `new` if `allowed` accepts the current state, with both position locks held,
     /// and flushes or discards as `new` requires; then delivers the completion
-    /// notifications (no lock held). Returns the previous state.
+    /// notifications (no lock held). Returns the previous state and whether send WQEs
+    /// were flushed.
     ///
     /// # Errors
     ///
@@ -207,13 +208,14 @@ impl Qp {
         qp: &IbQp<Qp>,
         new: State,
         allowed: impl FnOnce(State) -> Result,
-    ) -> Result<State> {
-        let (prev, ns, nr) = {
+    ) -> Result<(State, bool)> {
+        let (prev, ns, nr, sq_flushed) = {
             let mut sq = qp.sq_pos.lock();
             let mut rq = qp.rq_pos.lock();
             let prev = qp.state();
             allowed(prev)?;
             qp.state.store(new as u8, Ordering::Release);
+            let get = sq.get;
             let (ns, nr) = match new {
                 State::Error => {
                     let ns = Self::flush_sq_locked(qp, &mut sq);
@@ -232,11 +234,11 @@ impl Qp {
                 }
                 _ => (Notify::NONE, Notify::NONE),
             };
-            (prev, ns, nr)
+            (prev, ns, nr, new == State::Error && sq.get != get)
         };
         ns.deliver(&qp.scq);
         nr.deliver(&qp.rcq);
-        Ok(prev)
+        Ok((prev, sq_flushed))
     }
 
     /// Enters `new` unconditionally (destroy).
@@ -244,10 +246,18 @@ impl Qp {
         let _ = Self::enter_checked(qp, new, |_| Ok(()));
     }
 
-    /// After entering ERROR from `prev`: a QP with an SRQ tells its consumer that it will
-    /// take no more WQEs from the SRQ (whose WQEs it leaves alone). Not during destroy.
-    fn after_error(qp: &IbQp<Qp>, prev: State) {
-        if prev != State::Error && qp.srq.is_some() && !qp.destroying.load(Ordering::Acquire) {
+    /// After entering ERROR from `prev`, not during destroy: if send WQEs were flushed
+    /// (`sq_flushed`), the send queue is drained now, which the consumer hears as
+    /// `IB_EVENT_SQ_DRAINED` (as from the C siw); a QP with an SRQ tells its consumer
+    /// that it will take no more WQEs from the SRQ (whose WQEs it leaves alone).
+    fn after_error(qp: &IbQp<Qp>, prev: State, sq_flushed: bool) {
+        if prev == State::Error || qp.destroying.load(Ordering::Acquire) {
+            return;
+        }
+        if sq_flushed {
+            qp.dispatch_event(b::ib_event_type_IB_EVENT_SQ_DRAINED);
+        }
+        if qp.srq.is_some() {
             qp.dispatch_event(b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
         }
     }
@@ -304,9 +314,10 @@ impl Qp {
         // position locks (the connection manager or a data path may move the QP meanwhile).
         check_transition(qpn, cur, new)?;
         if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
-            let prev = Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
+            let (prev, sq_flushed) =
+                Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
             if new == State::Error {
-                Self::after_error(qp, prev);
+                Self::after_error(qp, prev, sq_flushed);
                 // An abrupt disconnect (iw_cm) or the consumer's ERROR: the connection
                 // closes (its mutex is taken without QP locks held). The slot's guard
                 // must end with this statement: closing detaches the connection from the
@@ -352,8 +363,8 @@ impl Qp {
     /// `IB_EVENT_QP_REQ_ERR`, `IB_EVENT_QP_ACCESS_ERR`) is reported to the consumer if the
     /// QP was not in ERROR yet. Any context; call it with no QP, SRQ or CQ lock held.
     pub(crate) fn enter_error(qp: &IbQp<Qp>, event: Option<b::ib_event_type>) {
-        let prev = match Self::enter_checked(qp, State::Error, |_| Ok(())) {
-            Ok(prev) => prev,
+        let (prev, sq_flushed) = match Self::enter_checked(qp, State::Error, |_| Ok(())) {
+            Ok(r) => r,
             // Not reached: every state may enter ERROR.
             Err(_) => return,
         };
@@ -362,6 +373,6 @@ impl Qp {
                 qp.dispatch_event(ev);
             }
         }
-        Self::after_error(qp, prev);
+        Self::after_error(qp, prev, sq_flushed);
     }
 }

@@ -20,7 +20,7 @@
 //! cause (RFC 5040 §4.8 Figure 10): see [`TermCause::includes_ddp_header`] and
 //! [`TermCause::includes_rdma_header`].
 
-use super::ddp::{self, get_u16, put, DdpError};
+use super::ddp::{self, get_u16, put, DdpError, TaggedError};
 use super::mpa::MpaErrorCode;
 use super::rdmap::{Opcode, RdmapError, ReadRequest};
 
@@ -155,6 +155,19 @@ impl TermCause {
         match d {
             Some(c) => c,
             None => Cause::Unknown,
+        }
+    }
+
+    /// Whether the cause is a memory protection error: a tagged buffer error other than
+    /// the DDP version (invalid STag, base or bounds, STag not associated, TO wrap; RFC
+    /// 5041 §7.2, Error Type 1) or an RDMAP remote protection error (RFC 5040 §7.2, Error
+    /// Type 1). The verbs consumer learns of these as a local access violation
+    /// (`IB_EVENT_QP_ACCESS_ERR`), of every other cause as a fatal QP error.
+    pub const fn is_protection_error(&self) -> bool {
+        match self.layer {
+            Layer::Rdma => self.etype == 1,
+            Layer::Ddp => self.etype == 1 && self.ecode <= TaggedError::ToWrap as u8,
+            Layer::Llp => false,
         }
     }
 

@@ -9,9 +9,10 @@ with FILL, and over its middle page two MRs: one with remote write access, one w
 remote read access only. It posts one receive of 64 octets, prints one JSON line with the
 middle page's address and the two rkeys, and accepts. Then it waits for that receive to complete (a Send from the
 peer, or a flush once the connection ended) and prints one JSON line: the receive's
-status, length and first octets, and every run of the three pages that is no longer FILL
-(offset and octets, hex). The whole region is checked, so a byte placed beyond the MR's
-page, before or after it, shows.
+status, length and first octets, every run of the three pages that is no longer FILL
+(offset and octets, hex), and the asynchronous events the device context reported (after
+a flushed receive it waits up to 10 s for the first). The whole region is checked, so a
+byte placed beyond the MR's page, before or after it, shows.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -19,6 +20,8 @@ verbs context open for the life of a process, which would pin the module).
 
 import json
 import mmap
+import os
+import select
 import sys
 
 import pyverbs.cm_enums as ce
@@ -44,6 +47,31 @@ def changed_runs(data):
     return runs
 
 
+def async_fd():
+    """The device context's asynchronous event file: this process's first uverbs event
+    file (librdmacm opens the context before any completion channel)."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[infinibandevent]":
+                fds.append(int(fd))
+        except OSError:
+            pass
+    return min(fds)
+
+
+def async_events(ctx, wait):
+    """The event types of the asynchronous events `ctx` has, each acknowledged (destroying
+    the QP waits for that): waits up to `wait` seconds for the first, 1 s for others."""
+    fd, kinds, timeout = async_fd(), [], wait
+    while select.select([fd], [], [], timeout)[0]:
+        ev = ctx.get_async_event()
+        kinds.append(ev.event_type)
+        ev.ack()
+        timeout = 1
+    return kinds
+
+
 def serve_one(listener):
     cid = listener.get_request()
     region = MR(cid.pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
@@ -61,6 +89,8 @@ def serve_one(listener):
         "len": wc.byte_len,
         "recv": rcv.read(min(wc.byte_len, 64), 0).hex() if wc.status == 0 else "",
         "changes": changed_runs(region.read(3 * PAGE, 0)),
+        # The passive side's context is the listener's (pyverbs sets it in get_request).
+        "events": async_events(listener.context, 10 if wc.status != 0 else 0),
     }
     print(json.dumps(report), flush=True)
     try:

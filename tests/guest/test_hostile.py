@@ -32,6 +32,10 @@ T_IO = 60
 
 IBV_WC_SUCCESS = 0
 IBV_WC_WR_FLUSH_ERR = 5
+# enum ibv_event_type: a memory protection error the peer caused is a local access
+# violation (QP_ACCESS_ERR), any other TERMINATE a fatal QP error.
+IBV_EVENT_QP_FATAL = 1
+IBV_EVENT_QP_ACCESS_ERR = 3
 
 # TERMINATE header flags (RFC 5040 §4.8): the offending DDP segment length and header
 # (M, D) and the offending RDMAP header (R) are included.
@@ -202,12 +206,24 @@ def test_wellformed_write_and_send_are_placed(target):
     assert back == b"", f"rsiw answered a well-formed stream with {back.hex()}"
     assert (r["status"], r["len"], r["recv"]) == (IBV_WC_SUCCESS, 4, b"done".hex()), r
     assert r["changes"] == [[PAGE + 100, bytes(range(1, 17)).hex()]], r
+    assert r["events"] == [], r
+
+
+def expected_event(layer, etype, ecode):
+    """The asynchronous event the consumer gets when rsiw sent this TERMINATE: RDMAP
+    remote protection (0/1/*) and DDP tagged buffer errors other than the DDP version
+    (1/1/0..3) are access errors, everything else fatal."""
+    if (layer, etype) == (0, 1) or ((layer, etype) == (1, 1) and ecode <= 3):
+        return IBV_EVENT_QP_ACCESS_ERR
+    return IBV_EVENT_QP_FATAL
 
 
 def test_hostile_fpdus_are_terminated_and_place_nothing(target):
     """Each forbidden FPDU, on a connection of its own: one TERMINATE with the RFC's
     layer/etype/ecode and header flags, then the connection closes, the consumer's
-    receive is flushed, and no octet of the three pages around the MR changed."""
+    receive is flushed, the QP reports one asynchronous event (QP_ACCESS_ERR for a
+    protection error, QP_FATAL otherwise), and no octet of the three pages around the MR
+    changed."""
     report = target(len(CASES))
     errs = []
     for name, build, want, flags in CASES:
@@ -233,4 +249,7 @@ def test_hostile_fpdus_are_terminated_and_place_nothing(target):
                         "want a flush")
         if r["changes"]:
             errs.append(f"{name}: memory changed: {r['changes']}")
+        if r["events"] != [expected_event(*want)]:
+            errs.append(f"{name}: asynchronous events {r['events']}, want "
+                        f"[{expected_event(*want)}]")
     assert not errs, "\n".join(errs)

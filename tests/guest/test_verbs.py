@@ -257,12 +257,15 @@ def test_rq_flush_through_mapped_rings(ctx):
     for i in ids:
         qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 512, mr.lkey)]))
     assert cq.poll()[0] == 0  # nothing completes before the flush
+    (afd,) = event_fds()
     modify(qp, e.IBV_QPS_ERR)
     wcs = poll_all(cq, len(ids))
     assert [w.wr_id for w in wcs] == ids
     assert all(w.status == e.IBV_WC_WR_FLUSH_ERR for w in wcs)
     assert all(w.opcode == e.IBV_WC_RECV for w in wcs)
     assert all(w.qp_num == qp.qp_num for w in wcs)
+    # No send WQE was flushed: no SQ_DRAINED (nor any other event).
+    assert not readable(afd, 1), f"unexpected asynchronous event {async_event(ctx, afd)}"
     # The RQ slots were released: the ring takes new WQEs, and destroy flushes them.
     for i in range(16):
         qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
@@ -281,11 +284,14 @@ def test_sq_flush_and_doorbell_in_error(ctx):
         qp.post_send(SendWR(wr_id=50 + i, opcode=e.IBV_WR_SEND, num_sge=1,
                             sg=[SGE(mr.buf, 100, mr.lkey)], send_flags=flags))
     assert cq.poll()[0] == 0
+    (afd,) = event_fds()
     modify(qp, e.IBV_QPS_ERR)
     wcs = poll_all(cq, 3)
     # A WR that completes in error always reports, signalled or not (verbs).
     assert [w.wr_id for w in wcs] == [50, 51, 52]
     assert all(w.status == e.IBV_WC_WR_FLUSH_ERR and w.opcode == e.IBV_WC_SEND for w in wcs)
+    # Send WQEs were flushed: the send queue is drained (as the C siw reports it).
+    assert async_event(ctx, afd) == e.IBV_EVENT_SQ_DRAINED
     # In ERROR the doorbell flushes new SQEs right away.
     qp.post_send(SendWR(wr_id=77, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                         sg=[SGE(mr.buf, 8, mr.lkey)], send_flags=e.IBV_SEND_SIGNALED))
@@ -323,6 +329,7 @@ def test_srq_qp_error_keeps_srq_wqes_and_reports_last_wqe(ctx):
     wcs = poll_all(cq, 1)
     # Only the SQ flushes: the SRQ's WQEs stay for its other QPs.
     assert [(w.wr_id, w.status, w.opcode) for w in wcs] == [(9, e.IBV_WC_WR_FLUSH_ERR, e.IBV_WC_SEND)]
+    assert async_event(ctx, afd) == e.IBV_EVENT_SQ_DRAINED
     assert async_event(ctx, afd) == e.IBV_EVENT_QP_LAST_WQE_REACHED
     qp.close()
     assert cq.poll()[0] == 0

@@ -427,6 +427,52 @@ fn term_cause_helpers() {
 }
 
 #[test]
+fn term_cause_protection_errors() {
+    // Memory protection: every tagged buffer error but the DDP version, every RDMAP
+    // remote protection error (RFC 5041 §7.2, RFC 5040 §7.2).
+    for e in [
+        TaggedError::InvalidStag,
+        TaggedError::BaseBounds,
+        TaggedError::StagNotAssociated,
+        TaggedError::ToWrap,
+    ] {
+        assert!(
+            TermCause::ddp(DdpError::Tagged(e)).is_protection_error(),
+            "{e:?}"
+        );
+    }
+    for e in [
+        ProtectionError::InvalidStag,
+        ProtectionError::BaseBounds,
+        ProtectionError::AccessRights,
+        ProtectionError::StagNotAssociated,
+        ProtectionError::ToWrap,
+        ProtectionError::CannotInvalidate,
+        ProtectionError::Unspecified,
+    ] {
+        let c = TermCause::rdmap(RdmapError::RemoteProtection(e));
+        assert!(c.is_protection_error(), "{e:?}");
+    }
+    // Everything else is fatal, not an access error.
+    let others = [
+        TermCause::ddp(DdpError::Tagged(TaggedError::InvalidVersion)),
+        TermCause::ddp(DdpError::LocalCatastrophic),
+        TermCause::ddp(DdpError::Untagged(UntaggedError::NoBuffer)),
+        TermCause::ddp(DdpError::Untagged(UntaggedError::TooLong)),
+        TermCause::rdmap(RdmapError::LocalCatastrophic),
+        TermCause::rdmap(RdmapError::RemoteOperation(OperationError::InvalidVersion)),
+        TermCause::rdmap(RdmapError::RemoteOperation(
+            OperationError::UnexpectedOpcode,
+        )),
+        TermCause::mpa(MpaErrorCode::CrcMismatch),
+        TermCause::mpa(MpaErrorCode::NoMatchingRtr),
+    ];
+    for c in others {
+        assert!(!c.is_protection_error(), "{c:?}");
+    }
+}
+
+#[test]
 fn terminate_llp_crc_vector() {
     let t = Terminate::new(MpaErrorCode::CrcMismatch.into());
     let mut buf = [0u8; MAX_LEN];
