@@ -20,8 +20,6 @@ verbs context open for the life of a process, which would pin the module).
 
 import json
 import mmap
-import os
-import select
 import sys
 
 import pyverbs.cm_enums as ce
@@ -30,6 +28,7 @@ from pyverbs.cmid import AddrInfo, CMID, ConnParam
 from pyverbs.mr import MR
 from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QPCap, QPInitAttr
+from uverbs_events import event_fds, readable
 
 PAGE = mmap.PAGESIZE
 FILL = 0x5A
@@ -47,24 +46,13 @@ def changed_runs(data):
     return runs
 
 
-def async_fd():
-    """The device context's asynchronous event file: this process's first uverbs event
-    file (librdmacm opens the context before any completion channel)."""
-    fds = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[infinibandevent]":
-                fds.append(int(fd))
-        except OSError:
-            pass
-    return min(fds)
-
-
 def async_events(ctx, wait):
     """The event types of the asynchronous events `ctx` has, each acknowledged (destroying
-    the QP waits for that): waits up to `wait` seconds for the first, 1 s for others."""
-    fd, kinds, timeout = async_fd(), [], wait
-    while select.select([fd], [], [], timeout)[0]:
+    the QP waits for that): waits up to `wait` seconds for the first, 1 s for others.
+    The context's event file is the process's first (librdmacm opens the only device's
+    context before any completion channel)."""
+    fd, kinds, timeout = event_fds()[0], [], wait
+    while readable(fd, timeout):
         ev = ctx.get_async_event()
         kinds.append(ev.event_type)
         ev.ack()

@@ -3,13 +3,12 @@
 SRQs and MRs, their limits, the mapped ring ABI (flush completions polled in user space),
 completion events, and the QP state machine without connections."""
 import errno
-import os
 import re
-import select
 
 import pytest
 
 from conftest import sh
+from uverbs_events import event_fds, readable
 
 from pyverbs import enums as e
 from pyverbs.cq import CQ, CompChannel
@@ -74,26 +73,6 @@ def poll_all(cq, want, tries=50):
             wcs.extend(got[:n])
             break
     return wcs
-
-
-def event_fds():
-    """This process's uverbs event files (the context's async event file, completion
-    channels), oldest first."""
-    fds = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[infinibandevent]":
-                fds.append(int(fd))
-        except OSError:
-            pass
-    return sorted(fds)
-
-
-def readable(fd, timeout=10):
-    """Waits until an event file has an event (blocking reads would hold the file open
-    and stall device removal if the event never came)."""
-    r, _, _ = select.select([fd], [], [], timeout)
-    return bool(r)
 
 
 def async_event(ctx, fd, timeout=10):

@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The uverbs event files of this process (a device context's asynchronous event file,
+completion channels), for the tests and for the programs they start (pyverbs has no
+accessor for the file descriptors)."""
+import os
+import select
+
+
+def event_fds():
+    """This process's uverbs event files, oldest first: a context's asynchronous event
+    file is opened with the context, before any completion channel on it."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[infinibandevent]":
+                fds.append(int(fd))
+        except OSError:
+            pass
+    return sorted(fds)
+
+
+def readable(fd, timeout=10):
+    """Waits up to `timeout` seconds until an event file has an event (blocking reads
+    would hold the file open and stall device removal if the event never came)."""
+    r, _, _ = select.select([fd], [], [], timeout)
+    return bool(r)
