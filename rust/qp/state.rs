@@ -215,26 +215,26 @@ impl Qp {
             let prev = qp.state();
             allowed(prev)?;
             qp.state.store(new as u8, Ordering::Release);
-            let get = sq.get;
-            let (ns, nr) = match new {
+            let (ns, nr, sq_flushed) = match new {
                 State::Error => {
+                    let get = sq.get;
                     let ns = Self::flush_sq_locked(qp, &mut sq);
                     let nr = match &qp.rq {
                         Some(ring) => Self::flush_rq_locked(qp, ring, &mut rq),
                         None => Notify::NONE,
                     };
-                    (ns, nr)
+                    (ns, nr, sq.get != get)
                 }
                 State::Reset => {
                     Self::discard(&qp.sq, &mut sq);
                     if let Some(ring) = &qp.rq {
                         Self::discard(ring, &mut rq);
                     }
-                    (Notify::NONE, Notify::NONE)
+                    (Notify::NONE, Notify::NONE, false)
                 }
-                _ => (Notify::NONE, Notify::NONE),
+                _ => (Notify::NONE, Notify::NONE, false),
             };
-            (prev, ns, nr, new == State::Error && sq.get != get)
+            (prev, ns, nr, sq_flushed)
         };
         ns.deliver(&qp.scq);
         nr.deliver(&qp.rcq);

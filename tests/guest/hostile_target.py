@@ -28,7 +28,7 @@ from pyverbs.cmid import AddrInfo, CMID, ConnParam
 from pyverbs.mr import MR
 from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QPCap, QPInitAttr
-from uverbs_events import event_fds, readable
+from uverbs_events import event_fds, next_event
 
 PAGE = mmap.PAGESIZE
 FILL = 0x5A
@@ -51,12 +51,9 @@ def async_events(ctx, wait):
     the QP waits for that): waits up to `wait` seconds for the first, 1 s for others.
     The context's event file is the process's first (librdmacm opens the only device's
     context before any completion channel)."""
-    fd, kinds, timeout = event_fds()[0], [], wait
-    while readable(fd, timeout):
-        ev = ctx.get_async_event()
-        kinds.append(ev.event_type)
-        ev.ack()
-        timeout = 1
+    fd, kinds = event_fds()[0], []
+    while (kind := next_event(ctx, fd, 1 if kinds else wait)) is not None:
+        kinds.append(kind)
     return kinds
 
 

@@ -19,7 +19,7 @@ from conftest import (
     unload_rsiw,
     wait_for,
 )
-from uverbs_events import event_fds, readable
+from uverbs_events import event_fds, next_event, readable
 
 from pyverbs import enums
 from pyverbs.device import Context
@@ -100,16 +100,6 @@ def test_link_add_creates_iwarp_device(rsiw, dummy):
     assert re.search(r"max_cqe:\s+262144\b", verbose), verbose
 
 
-def port_event(ctx, fd):
-    """The next asynchronous event of `ctx` (acknowledged), or None within 10 s."""
-    if not readable(fd, 10):
-        return None
-    ev = ctx.get_async_event()
-    kind = ev.event_type
-    ev.ack()
-    return kind
-
-
 def test_port_state_follows_netdev(rsiw, dummy):
     """The port follows its netdev, and a consumer hears of it: PORT_ERR when the
     netdev goes down, PORT_ACTIVE when it comes back (IB_EVENT_PORT_*)."""
@@ -119,11 +109,11 @@ def test_port_state_follows_netdev(rsiw, dummy):
     with Context(name="rsiw0") as ctx:
         (afd,) = set(event_fds()) - set(before)
         sh(f"ip link set {dummy} down")
-        assert port_event(ctx, afd) == enums.IBV_EVENT_PORT_ERR
+        assert next_event(ctx, afd) == enums.IBV_EVENT_PORT_ERR
         assert re.search(r"state:\s+PORT_DOWN", devinfo("rsiw0"))
         assert "state DOWN" in sh("rdma link show rsiw0/1").stdout
         sh(f"ip link set {dummy} up")
-        assert port_event(ctx, afd) == enums.IBV_EVENT_PORT_ACTIVE
+        assert next_event(ctx, afd) == enums.IBV_EVENT_PORT_ACTIVE
         assert re.search(r"state:\s+PORT_ACTIVE", devinfo("rsiw0"))
         assert not readable(afd, 1), "more than one event per change"
 

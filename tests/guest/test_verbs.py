@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import sh
-from uverbs_events import event_fds, readable
+from uverbs_events import event_fds, next_event, readable
 
 from pyverbs import enums as e
 from pyverbs.cq import CQ, CompChannel
@@ -76,10 +76,8 @@ def poll_all(cq, want, tries=50):
 
 
 def async_event(ctx, fd, timeout=10):
-    assert readable(fd, timeout), "no asynchronous event"
-    ev = ctx.get_async_event()
-    kind = ev.event_type
-    ev.ack()
+    kind = next_event(ctx, fd, timeout)
+    assert kind is not None, "no asynchronous event"
     return kind
 
 

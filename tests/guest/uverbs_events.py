@@ -24,3 +24,15 @@ def readable(fd, timeout=10):
     would hold the file open and stall device removal if the event never came)."""
     r, _, _ = select.select([fd], [], [], timeout)
     return bool(r)
+
+
+def next_event(ctx, fd, timeout=10):
+    """The type of the next asynchronous event of device context `ctx` (whose event file
+    is `fd`), acknowledged (destroying its object waits for that); None if none came
+    within `timeout` seconds."""
+    if not readable(fd, timeout):
+        return None
+    ev = ctx.get_async_event()
+    kind = ev.event_type
+    ev.ack()
+    return kind
