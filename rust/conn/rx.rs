@@ -476,16 +476,15 @@ impl RxEvents for RxEv<'_, '_> {
             self.0.rtr_read.set(false);
             return Ok(());
         }
+        // The engine matched the Response to the oldest outstanding Read of its ORQ, which
+        // holds the same Reads in the same order as `reads_out`.
         let mut reads = self
             .0
             .reads_out
             .try_borrow_mut()
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         if reads.is_empty() {
-            // A Read Response nobody asked for (RFC 5040 §7.2: unexpected opcode).
-            return Err(TermCause::rdmap(RdmapError::RemoteOperation(
-                OperationError::UnexpectedOpcode,
-            )));
+            return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
         }
         let w = reads
             .remove(0)
@@ -496,7 +495,8 @@ impl RxEvents for RxEv<'_, '_> {
                 let _ = self.0.qp.device().invalidate_stag(sge.lkey, self.0.pd);
             }
         }
-        let len = w.sges().first().map_or(0, |s| s.length);
+        // The octets the Response placed: the Read's size (a short Response is refused).
+        let len = u32::try_from(done.len).unwrap_or(u32::MAX);
         Qp::complete_send(qp, &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
         Ok(())
     }

@@ -7,6 +7,7 @@
 use super::{wc, Conn, Inner, Piece, Reason};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
+use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::stream::TxSink;
 use crate::mem::{access_bits, MrRef};
@@ -335,8 +336,19 @@ impl Conn {
                     len: 0,
                 },
                 RtrType::Read => {
-                    // Before the Request can reach TCP (see `JobKind::Read`).
-                    this.rx.lock().rtr_read_out = true;
+                    // Before the Request can reach TCP (see `JobKind::Read`): its
+                    // zero-length Response is the first the ORQ accepts.
+                    let mut r = this.rx.lock();
+                    if r.dec.post_read(ReadSink::default()).is_err() {
+                        // Not reached: the ORQ is empty before the RTR.
+                        drop(r);
+                        g.pending_term = Some(Terminate::new(TermCause::rdmap(
+                            RdmapError::LocalCatastrophic,
+                        )));
+                        return true;
+                    }
+                    r.rtr_read_out = true;
+                    drop(r);
                     Message::ReadRequest(ReadRequest {
                         sink_stag: 0,
                         sink_to: 0,
@@ -443,16 +455,37 @@ impl Conn {
         let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
         match started {
             Ok(job) => {
-                if matches!(job.0, JobKind::Read) {
-                    // The WQE leaves the SQ for the outstanding Reads now, before its
-                    // Request can reach the peer (see `JobKind::Read`). Capacity for `ord`
-                    // entries was reserved, and a Read starts only below `ord`.
+                if let (true, [sge]) = (matches!(job.0, JobKind::Read), w.sges()) {
+                    // The WQE leaves the SQ for the outstanding Reads now, and its sink
+                    // enters the protocol core's ORQ, before its Request can reach the
+                    // peer (see `JobKind::Read`): only that sink can take its Response.
+                    // Capacity for `ord` entries was reserved, and a Read starts only
+                    // below `ord` (at most `MAX_IRD_ORD`, within the ORQ's capacity).
+                    let sink = ReadSink {
+                        stag: sge.lkey,
+                        to: sge.laddr,
+                        len: sge.length,
+                    };
                     if Qp::release_sqe(qp.qp(), w.slot).is_err() {
                         // A flush completed it already: the QP is in ERROR.
                         g.tx.abort();
                         return false;
                     }
-                    let _ = this.rx.lock().reads_out.push(w, GFP_ATOMIC);
+                    let mut r = this.rx.lock();
+                    if r.dec.post_read(sink).is_err() {
+                        // Not reached (see above; `start_sqe` checked the sink's range).
+                        drop(r);
+                        g.tx.abort();
+                        let _ = Qp::complete_sqe(
+                            qp.qp(),
+                            &w,
+                            wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR),
+                            0,
+                        );
+                        Qp::enter_error(qp.qp(), None);
+                        return false;
+                    }
+                    let _ = r.reads_out.push(w, GFP_ATOMIC);
                 }
                 g.job = Some(job);
                 true

@@ -42,6 +42,7 @@
 //! the CRC of a whole FPDU in its receive queue before feeding it; the engine allows both.
 
 use super::mpa_rx::UlpduReceiver;
+use super::orq::{Orq, PushError, ReadSink};
 pub use super::rx_shell::{
     Access, InvalidateCheck, MemoryLookup, MessageDone, RxEvents, TaggedCheck, TaggedDone,
     UntaggedCheck,
@@ -132,11 +133,16 @@ enum Verdict {
 /// 1. wire format ([`UlpduHeader::parse`], [`UlpduHeader::check_segment_len`]): DV (DDP
 ///    1/1/0x04 or 1/2/0x06), RV (RDMAP 0/2/0x05), opcode and T bit (0/2/0x06), QN (DDP
 ///    1/2/0x01), L/MO of header-only messages, ULPDU length (see [`ParseError::cause`]);
-/// 2. tagged (Write, Read Response), non-zero payload only (RFC 5041 §5.2: zero-length
+/// 2. Read Response, every segment: bound to the oldest outstanding Read of the ORQ
+///    ([`Orq::check_segment`]: unsolicited 0/2/0x06; STag other than the Read's sink
+///    1/1/0x00; TO not the sink's next octet, more octets than the Read has left, or a
+///    last segment that leaves it short 1/1/0x01); the shell enters each Read with
+///    [`DdpRx::post_read`] before its Request is sent;
+/// 3. tagged (Write, Read Response), non-zero payload only (RFC 5041 §5.2: zero-length
 ///    tagged segments are not checked): TO + length wraps 64 bits (DDP 1/1/0x03), then
 ///    [`MemoryLookup::check_tagged`] with [`Access::RemoteWrite`] or
 ///    [`Access::LocalWrite`] ([`TaggedCheck::ddp_cause`]);
-/// 3. untagged, except Terminate: MSN equals the queue's expected MSN (DDP 1/2/0x03), MO
+/// 4. untagged, except Terminate: MSN equals the queue's expected MSN (DDP 1/2/0x03), MO
 ///    equals the octets received of the message so far (DDP 1/2/0x04), MO + length fits 32
 ///    bits (DDP 1/2/0x05); then per queue:
 ///    - QN 0: [`MemoryLookup::check_untagged`] ([`UntaggedCheck::cause`]); on the last
@@ -170,8 +176,10 @@ pub struct DdpRx {
     placed: u16,
     // The stream.
     queues: [Queue; QUEUES],
-    /// Payload octets of the RDMA Write / Read Response message in progress.
-    tagged_len: [u64; 2],
+    /// Payload octets of the RDMA Write message in progress.
+    write_len: u64,
+    /// Outbound Reads whose Responses are outstanding.
+    orq: Orq,
     ird_used: u32,
 }
 
@@ -181,13 +189,6 @@ pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents> {
     rx: &'a mut DdpRx,
     mem: &'a mut M,
     events: &'a mut E,
-}
-
-const fn tagged_index(op: Opcode) -> usize {
-    match op {
-        Opcode::ReadResponse => 1,
-        _ => 0,
-    }
 }
 
 impl DdpRx {
@@ -209,7 +210,8 @@ impl DdpRx {
                 msn: ddp::MSN_INITIAL,
                 mo: 0,
             }; QUEUES],
-            tagged_len: [0; 2],
+            write_len: 0,
+            orq: Orq::new(),
             ird_used: 0,
         }
     }
@@ -252,6 +254,23 @@ impl DdpRx {
             }
             _ => false,
         }
+    }
+
+    /// Enters an outbound RDMA Read whose Request names Data Sink `sink` into the ORQ.
+    /// The shell calls it before the Request can reach the peer (the zero-length Read RTR
+    /// of RFC 6581 §5 included): only the oldest entry's sink can receive Read Response
+    /// payload, in order and exactly ([`Orq::check_segment`]).
+    ///
+    /// # Errors
+    ///
+    /// [`PushError`]: the ORQ is full, or the sink's range wraps 64 bits.
+    pub fn post_read(&mut self, sink: ReadSink) -> Result<(), PushError> {
+        self.orq.push(sink)
+    }
+
+    /// The outbound Reads whose Responses are outstanding.
+    pub const fn orq(&self) -> &Orq {
+        &self.orq
     }
 
     /// The shell finished responding to one inbound request (sent the last segment of a
@@ -390,6 +409,9 @@ impl DdpRx {
         let len = u32::from(payload);
         match h.placement {
             Placement::Tagged { stag, to } => {
+                if h.opcode == Opcode::ReadResponse {
+                    self.orq.check_segment(stag, to, len, h.last)?;
+                }
                 if len == 0 {
                     return Ok(());
                 }
@@ -611,27 +633,36 @@ impl DdpRx {
     ) -> Result<(), Option<TermCause>> {
         let len = u32::from(payload);
         match h.placement {
+            Placement::Tagged { .. } if h.opcode == Opcode::ReadResponse => {
+                // validate(): the segment fits the oldest outstanding Read.
+                self.orq.advance(len);
+                if !h.last {
+                    return Ok(());
+                }
+                let read = self
+                    .orq
+                    .complete()
+                    .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
+                let done = TaggedDone {
+                    opcode: h.opcode,
+                    stag: read.sink.stag,
+                    len: u64::from(read.len),
+                };
+                events.tagged_done(&done).map_err(Some)
+            }
             Placement::Tagged { stag, .. } => {
-                let i = tagged_index(h.opcode);
-                let total = self
-                    .tagged_len
-                    .get(i)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_add(u64::from(len));
-                let kept = if h.last { 0 } else { total };
-                if let Some(t) = self.tagged_len.get_mut(i) {
-                    *t = kept;
+                let total = self.write_len.saturating_add(u64::from(len));
+                if !h.last {
+                    self.write_len = total;
+                    return Ok(());
                 }
-                if h.last {
-                    let done = TaggedDone {
-                        opcode: h.opcode,
-                        stag,
-                        len: total,
-                    };
-                    events.tagged_done(&done).map_err(Some)?;
-                }
-                Ok(())
+                self.write_len = 0;
+                let done = TaggedDone {
+                    opcode: h.opcode,
+                    stag,
+                    len: total,
+                };
+                events.tagged_done(&done).map_err(Some)
             }
             Placement::Untagged { qn, msn, mo } => {
                 if let RdmapHeader::Terminate(t) = &h.rdmap {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Sans-IO protocol machines: MPA startup, the RX FPDU decoder and the TX FPDU builder.
+//! Sans-IO protocol machines: MPA startup, the RX FPDU decoder with its outbound Read
+//! queue, and the TX FPDU builder.
 //!
 //! The engines are fed bytes (through [`stream::RxStream`]) and emit bytes and placement
 //! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or
@@ -10,6 +11,7 @@ pub mod ddp_rx;
 pub mod ddp_tx;
 pub mod mpa_rx;
 pub mod mpa_tx;
+pub mod orq;
 pub mod rx_decoder;
 pub mod rx_shell;
 pub mod startup;

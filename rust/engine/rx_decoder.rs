@@ -13,6 +13,7 @@
 
 use super::ddp_rx::{DdpConfig, DdpRx, MemoryLookup, RxEvents, RxState, Stop};
 use super::mpa_rx::{MpaRx, RxConfig, RxError};
+use super::orq::{PushError, ReadSink};
 use super::startup::Negotiated;
 use super::stream::RxStream;
 use crate::wire::rdmap::RdmapError;
@@ -75,6 +76,15 @@ impl Decoder {
     /// reports it, RFC 5044 §8).
     pub const fn at_fpdu_boundary(&self) -> bool {
         self.mpa.at_fpdu_boundary()
+    }
+
+    /// See [`DdpRx::post_read`].
+    ///
+    /// # Errors
+    ///
+    /// As [`DdpRx::post_read`].
+    pub fn post_read(&mut self, sink: ReadSink) -> Result<(), PushError> {
+        self.ddp.post_read(sink)
     }
 
     /// See [`DdpRx::release_ird`].

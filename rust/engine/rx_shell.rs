@@ -193,10 +193,12 @@ pub struct MessageDone {
 pub struct TaggedDone {
     /// [`Opcode::Write`] or [`Opcode::ReadResponse`].
     pub opcode: Opcode,
-    /// STag of the last segment.
+    /// Write: STag of the last segment. Read Response: the Data Sink STag of the Read it
+    /// completes (the oldest outstanding one, [`super::orq::Orq`]).
     pub stag: u32,
-    /// Payload octets placed by this message's segments (the segments of this opcode since
-    /// the previous message of this opcode completed).
+    /// Payload octets placed by this message's segments (Write: the Write segments since
+    /// the previous Write completed; Read Response: the Read's size, which the Response
+    /// filled exactly).
     pub len: u64,
 }
 
@@ -216,8 +218,9 @@ pub trait RxEvents {
     /// The cause to terminate with.
     fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause>;
 
-    /// An RDMA Write or Read Response completed (its L=1 segment was placed). For a Read
-    /// Response this completes the oldest outstanding outbound Read (RFC 5040 §5.5 rule 19).
+    /// An RDMA Write or Read Response completed (its L=1 segment was placed). A Read
+    /// Response completes the oldest outstanding outbound Read, which the engine has
+    /// removed from its ORQ (RFC 5040 §5.5 rule 19).
     ///
     /// # Errors
     ///

@@ -2,17 +2,21 @@
 """The rsiw end of test_hostile.py: a pyverbs server that accepts N connections one after
 the other and reports, for each, what the peer's FPDUs did to its memory.
 
-    hostile_target.py ADDR PORT N
+    hostile_target.py ADDR PORT N [read]
 
 Per connection it registers, on the connection's PD, one region of three pages filled
-with FILL, and over its middle page two MRs: one with remote write access, one with
-remote read access only. It posts one receive of 64 octets, prints one JSON line with the
-middle page's address and the two rkeys, and accepts. Then it waits for that receive to complete (a Send from the
-peer, or a flush once the connection ended) and prints one JSON line: the receive's
-status, length and first octets, every run of the three pages that is no longer FILL
-(offset and octets, hex), and the asynchronous events the device context reported (after
-a flushed receive it waits up to 10 s for the first). The whole region is checked, so a
-byte placed beyond the MR's page, before or after it, shows.
+with FILL (local write only), and over its middle page two MRs: one with remote write
+access, one with remote read access only (and local write, as a Read's sink needs). It
+posts one receive of 64 octets, prints one JSON line with the middle page's address, the
+two rkeys and the region's lkey, and accepts. With `read` it then posts one RDMA Read of
+READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
+through the remote-read MR, and waits for its completion. Then it waits for the receive
+to complete (a Send from the peer, or a flush once the connection ended) and prints one
+JSON line: the receive's status, length and first octets, the Read's status and length,
+every run of the three pages that is no longer FILL (offset and octets, hex), and the
+asynchronous events the device context reported (after a flushed receive it waits up to
+10 s for the first). The whole region is checked, so a byte placed beyond the MR's page,
+before or after it, shows.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -32,6 +36,8 @@ from uverbs_events import event_fds, next_event
 
 PAGE = mmap.PAGESIZE
 FILL = 0x5A
+READ_LEN = 64
+READ_STAG = 0x1234
 
 
 def changed_runs(data):
@@ -57,7 +63,7 @@ def async_events(ctx, wait):
     return kinds
 
 
-def serve_one(listener):
+def serve_one(listener, read):
     cid = listener.get_request()
     region = MR(cid.pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
     region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
@@ -66,10 +72,17 @@ def serve_one(listener):
     ro = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
     rcv = cid.reg_msgs(64)
     cid.post_recv(rcv)
-    print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey}), flush=True)
+    print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey,
+                      "lkey": region.lkey}), flush=True)
     cid.accept(ConnParam(resources=1, depth=1))
+    read_wc = None
+    if read:
+        cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
+        read_wc = cid.get_send_comp()
     wc = cid.get_recv_comp()
     report = {
+        "read_status": read_wc.status if read_wc else None,
+        "read_len": read_wc.byte_len if read_wc and read_wc.status == 0 else None,
         "status": wc.status,
         "len": wc.byte_len,
         "recv": rcv.read(min(wc.byte_len, 64), 0).hex() if wc.status == 0 else "",
@@ -88,13 +101,14 @@ def serve_one(listener):
 
 def main():
     addr, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    read = sys.argv[4:] == ["read"]
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
     cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
     listener = CMID(creator=ai, qp_init_attr=QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap))
     listener.listen()
     print("listening", flush=True)
     for _ in range(n):
-        serve_one(listener)
+        serve_one(listener, read)
     listener.close()
 
 

@@ -9,6 +9,13 @@ after the MR, or into it without the access right, fails the test. A well-formed
 and Send on a connection of their own show that the peer's framing is right, so that
 every TERMINATE below is one for the fault it was sent.
 
+Read Responses (RFC 5040 §5.2, §7.2): with no Read outstanding, aimed at MRs that grant
+local write (as a kernel consumer's DMA MR does for all of kernel memory), with L=0 and
+L=1, they are unexpected (RDMAP 0/2/0x06). With the target's RDMA Read outstanding, a
+Response with another STag, another TO, more or fewer octets than the Read is refused
+before an octet is placed (DDP 1/1/0x00 or 0x01), and the Read is flushed; the exact
+Response completes it.
+
 After the test the usual fixtures check dmesg (no oops, KASAN, lockdep) and kmemleak,
 and `rmmod rsiw` must succeed.
 """
@@ -60,6 +67,12 @@ def send(data, msn=1):
     return fpdu(bytes([0x41, 0x43]) + struct.pack(">IIII", 0, 0, msn, 0) + data)
 
 
+def read_response(stag, to, data, last=True):
+    """RDMA Read Response, one segment: tagged DDP header (T=1, L as given, DV=1), RDMAP
+    RV=1 opcode 2."""
+    return fpdu(bytes([0xC1 if last else 0x81, 0x42]) + struct.pack(">IQ", stag, to) + data)
+
+
 def read_request(src_stag, src_to, size, msn=1):
     """RDMA Read Request on QN 1 (its sink STag and TO are the Initiator's own)."""
     return fpdu(bytes([0x41, 0x41]) + struct.pack(">IIII", 0, 1, msn, 0)
@@ -100,8 +113,9 @@ def recv_all(s):
 
 
 def connect(target):
-    """MPA startup as Initiator; returns (socket, middle page address, write rkey, read
-    rkey) as the target printed them (see hostile_target.py)."""
+    """MPA startup as Initiator; returns (socket, the target's keys: middle page address
+    `addr`, write rkey `wkey`, read rkey `rkey`, the region's lkey `lkey`; see
+    hostile_target.py)."""
     s = socket.create_connection((ADDR, PORT), timeout=T_IO)
     s.sendall(mpa_request())
     keys = target()
@@ -113,7 +127,7 @@ def connect(target):
     # Revision 2 with the RFC 6581 IRD/ORD block (S=1): IRD 1, ORD 1 (the target's).
     assert (rep[17], rep[16] & 0x10, pd) == (2, 0x10, bytes.fromhex("00010001")), \
         (rep.hex(), pd.hex())
-    return s, keys["addr"], keys["wkey"], keys["rkey"]
+    return s, keys
 
 
 def terminate_of(data):
@@ -137,8 +151,8 @@ def target(rsiw, dummy):
     sh("modprobe rdma_ucm")
     procs = []
 
-    def start(n):
-        p = subprocess.Popen([sys.executable, TARGET, ADDR, str(PORT), str(n)],
+    def start(n, *mode):
+        p = subprocess.Popen([sys.executable, TARGET, ADDR, str(PORT), str(n), *mode],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         line = p.stdout.readline().strip()
@@ -166,29 +180,42 @@ def target(rsiw, dummy):
 # etype 1 remote protection, etype 2 remote operation); WIRE.md rows 3, 21 and 22.
 CASES = [
     # The last 8 octets of the MR and 8 beyond it: base or bounds violation.
-    ("write_past_the_end", lambda a, w, r: write(w, a + PAGE - 8, b"\xEE" * 16),
+    ("write_past_the_end", lambda k: write(k["wkey"], k["addr"] + PAGE - 8, b"\xEE" * 16),
      (1, 1, 0x01), HDR_M | HDR_D),
     # 8 octets before the MR and 8 inside it.
-    ("write_before_the_start", lambda a, w, r: write(w, a - 8, b"\xEE" * 16),
+    ("write_before_the_start", lambda k: write(k["wkey"], k["addr"] - 8, b"\xEE" * 16),
      (1, 1, 0x01), HDR_M | HDR_D),
     # TO + length wraps 64 bits.
-    ("write_to_wraps", lambda a, w, r: write(w, (1 << 64) - 8, b"\xEE" * 16),
+    ("write_to_wraps", lambda k: write(k["wkey"], (1 << 64) - 8, b"\xEE" * 16),
      (1, 1, 0x03), HDR_M | HDR_D),
     # An MR without remote write access: DDP has no access-rights code, Invalid STag.
-    ("write_without_the_right", lambda a, w, r: write(r, a + 64, b"\xEE" * 16),
+    ("write_without_the_right", lambda k: write(k["rkey"], k["addr"] + 64, b"\xEE" * 16),
      (1, 1, 0x00), HDR_M | HDR_D),
     # An STag nobody registered (index 0xABCDE, the write MR's key).
-    ("write_unknown_stag", lambda a, w, r: write(0xABCDE00 | (w & 0xFF), a, b"\xEE" * 16),
+    ("write_unknown_stag",
+     lambda k: write(0xABCDE00 | (k["wkey"] & 0xFF), k["addr"], b"\xEE" * 16),
      (1, 1, 0x00), HDR_M | HDR_D),
     # A Read Request reaching past the end of the readable MR: RDMAP remote protection,
     # base or bounds, with the Read Request header echoed (R).
-    ("read_past_the_end", lambda a, w, r: read_request(r, a + PAGE - 8, 16),
+    ("read_past_the_end", lambda k: read_request(k["rkey"], k["addr"] + PAGE - 8, 16),
      (0, 1, 0x01), HDR_M | HDR_D | HDR_R),
+    # Read Responses nobody asked for, into MRs that grant local write (the read MR also
+    # remote read, the region local write only): RDMAP unexpected opcode (RFC 5040 §7.2),
+    # with L=1 and with L=0 (no later segment is needed to refuse it).
+    ("read_response_unsolicited",
+     lambda k: read_response(k["rkey"], k["addr"] + 64, b"\xEE" * 16),
+     (0, 2, 0x06), HDR_M | HDR_D),
+    ("read_response_unsolicited_not_last",
+     lambda k: read_response(k["rkey"], k["addr"] + 64, b"\xEE" * 16, last=False),
+     (0, 2, 0x06), HDR_M | HDR_D),
+    ("read_response_unsolicited_local_only",
+     lambda k: read_response(k["lkey"], k["addr"] - 64, b"\xEE" * 16),
+     (0, 2, 0x06), HDR_M | HDR_D),
     # The MPA Request again in Full Operation: parsed as an FPDU of ULPDU_Length 0x4D50
     # whose RDMAP version is 0 (WIRE.md row 3): invalid RDMAP version. rsiw gives a
     # segment's verdict at the end of its FPDU, so the rest of the FPDU (19800 octets in
     # all) follows.
-    ("mpa_request_again", lambda a, w, r: mpa_request().ljust(19800, b"\0"), (0, 2, 0x05),
+    ("mpa_request_again", lambda k: mpa_request().ljust(19800, b"\0"), (0, 2, 0x05),
      HDR_M | HDR_D),
 ]
 
@@ -197,8 +224,8 @@ def test_wellformed_write_and_send_are_placed(target):
     """The control: a Write inside the MR and a Send are placed and completed, and rsiw
     sends nothing back (no TERMINATE) before it closes after the peer's FIN."""
     report = target(1)
-    s, addr, wkey, _ = connect(report)
-    s.sendall(write(wkey, addr + 100, bytes(range(1, 17))) + send(b"done"))
+    s, keys = connect(report)
+    s.sendall(write(keys["wkey"], keys["addr"] + 100, bytes(range(1, 17))) + send(b"done"))
     s.shutdown(socket.SHUT_WR)
     back = recv_all(s)
     s.close()
@@ -227,8 +254,8 @@ def test_hostile_fpdus_are_terminated_and_place_nothing(target):
     report = target(len(CASES))
     errs = []
     for name, build, want, flags in CASES:
-        s, addr, wkey, rkey = connect(report)
-        s.sendall(build(addr, wkey, rkey))
+        s, keys = connect(report)
+        s.sendall(build(keys))
         try:
             data = recv_all(s)
         finally:
@@ -247,6 +274,98 @@ def test_hostile_fpdus_are_terminated_and_place_nothing(target):
         if r["status"] != IBV_WC_WR_FLUSH_ERR:
             errs.append(f"{name}: the consumer's receive completed with {r['status']}, "
                         "want a flush")
+        if r["changes"]:
+            errs.append(f"{name}: memory changed: {r['changes']}")
+        if r["events"] != [expected_event(*want)]:
+            errs.append(f"{name}: asynchronous events {r['events']}, want "
+                        f"[{expected_event(*want)}]")
+    assert not errs, "\n".join(errs)
+
+
+READ_LEN = 64
+READ_STAG = 0x1234
+READ_DATA = bytes(range(0x80, 0x80 + READ_LEN))
+# The Read Request rsiw sends: ULPDU_Length 46 (untagged DDP header and the 28-octet
+# RDMAP Read Request header), no pad, CRC field.
+READ_REQUEST_FPDU = 2 + 46 + 4
+
+
+def take_read_request(s):
+    """Opens the Responder's send gate with a zero-length Write (RFC 5044 §7: the
+    Responder sends once the Initiator's first FPDU arrived), then reads the target's Read
+    Request; returns its (sink STag, sink TO, size) after checking its source."""
+    s.sendall(write(0, 0, b""))
+    req = recv_exact(s, READ_REQUEST_FPDU)
+    assert req[2:4] == b"\x41\x41", f"not a Read Request: {req.hex()}"
+    qn, msn, mo = struct.unpack(">III", req[8:20])
+    sink_stag, sink_to, size, src_stag, src_to = struct.unpack(">IQIIQ", req[20:48])
+    assert (qn, msn, mo, size, src_stag, src_to) == (1, 1, 0, READ_LEN, READ_STAG, 0), req.hex()
+    return sink_stag, sink_to, size
+
+
+def test_read_response_completes_the_read(target):
+    """The control: the Response the Read asked for, in two segments, lands in the sink
+    and completes the Read with its size; a Send then completes the receive, and nothing
+    else of the three pages changed."""
+    report = target(1, "read")
+    s, keys = connect(report)
+    stag, to, size = take_read_request(s)
+    half = size // 2
+    s.sendall(read_response(stag, to, READ_DATA[:half], last=False)
+              + read_response(stag, to + half, READ_DATA[half:]) + send(b"done"))
+    s.shutdown(socket.SHUT_WR)
+    back = recv_all(s)
+    s.close()
+    r = report()
+    assert back == b"", f"rsiw answered a well-formed Response with {back.hex()}"
+    assert (r["read_status"], r["read_len"]) == (IBV_WC_SUCCESS, READ_LEN), r
+    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    assert r["changes"] == [[PAGE, READ_DATA.hex()]], r
+
+
+# (name, the bad Response for the Read's sink STag, TO and size, TERMINATE): every one is
+# refused before an octet is placed, a DDP tagged buffer error (RFC 5041 §7.2, as siw).
+READ_CASES = [
+    # Into the write MR, which grants remote write, at the sink's TO.
+    ("read_response_other_stag", lambda k, st, to, n: read_response(k["wkey"], to, READ_DATA),
+     (1, 1, 0x00)),
+    ("read_response_other_to", lambda k, st, to, n: read_response(st, to + 8, READ_DATA),
+     (1, 1, 0x01)),
+    ("read_response_too_long",
+     lambda k, st, to, n: read_response(st, to, READ_DATA + b"\xEE" * 8), (1, 1, 0x01)),
+    ("read_response_too_short", lambda k, st, to, n: read_response(st, to, READ_DATA[:56]),
+     (1, 1, 0x01)),
+    ("read_response_empty_last", lambda k, st, to, n: read_response(st, to, b""),
+     (1, 1, 0x01)),
+]
+
+
+def test_bad_read_responses_are_refused_before_placement(target):
+    """Each bad Response to the target's outstanding Read, on a connection of its own: one
+    TERMINATE with the DDP tagged buffer error, the Read and the receive flushed, one
+    QP_ACCESS_ERR event, and no octet of the three pages changed."""
+    report = target(len(READ_CASES), "read")
+    errs = []
+    for name, build, want in READ_CASES:
+        s, keys = connect(report)
+        try:
+            stag, to, size = take_read_request(s)
+            s.sendall(build(keys, stag, to, size))
+            data = recv_all(s)
+        finally:
+            s.close()
+        r = report()
+        try:
+            layer, etype, ecode, hdr = terminate_of(data)
+        except AssertionError as e:
+            errs.append(f"{name}: {e}")
+            continue
+        if (layer, etype, ecode) != want or hdr != HDR_M | HDR_D:
+            errs.append(f"{name}: TERMINATE {layer}/{etype}/{ecode:#04x} flags {hdr:#04x}, "
+                        f"want {want[0]}/{want[1]}/{want[2]:#04x} flags {HDR_M | HDR_D:#04x}")
+        if (r["read_status"], r["status"]) != (IBV_WC_WR_FLUSH_ERR, IBV_WC_WR_FLUSH_ERR):
+            errs.append(f"{name}: Read completed with {r['read_status']}, receive with "
+                        f"{r['status']}; want both flushed")
         if r["changes"]:
             errs.append(f"{name}: memory changed: {r['changes']}")
         if r["events"] != [expected_event(*want)]:

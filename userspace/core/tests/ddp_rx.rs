@@ -16,6 +16,7 @@ use mpa_util::SliceRx;
 use proptest::prelude::*;
 use rsiw_core::engine::ddp_rx::{DdpConfig, DdpRx, MessageDone, RxState, TaggedDone};
 use rsiw_core::engine::mpa_rx::MpaRx;
+use rsiw_core::engine::orq::{ReadSink, ORQ_CAPACITY};
 use rsiw_core::engine::rx_decoder::Decoder;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::ddp::{DdpError, TaggedError, UntaggedError};
@@ -67,13 +68,26 @@ fn mem() -> MockMem {
 
 /// Builds a stream, runs it in one chunk, and in 1-octet chunks, checks both agree.
 fn go(b: &Builder, ird: u32, m: &mut MockMem) -> (Decoder, Outcome) {
+    go_reads(b, ird, m, &[])
+}
+
+/// As [`go`], with Reads of Data Sinks `reads` outstanding (oldest first).
+fn go_reads(b: &Builder, ird: u32, m: &mut MockMem, reads: &[ReadSink]) -> (Decoder, Outcome) {
     let data = b.bytes();
     let mut m1 = m.clone();
-    let (dec, o) = run_once(Framing::PLAIN, b.cfg, ird, m, &data);
+    let mut dec = decoder(Framing::PLAIN, b.cfg, ird);
+    post_reads(&mut dec, m, reads);
+    let o = run(&mut dec, m, &mut RecEvents::default(), &data, &[usize::MAX]);
     let mut d1 = decoder(Framing::PLAIN, b.cfg, ird);
+    post_reads(&mut d1, &mut m1, reads);
     let o1 = run(&mut d1, &mut m1, &mut RecEvents::default(), &data, &[1]);
     assert_eq!(o, o1, "1-octet feeding differs");
     (dec, o)
+}
+
+/// A Read's Data Sink.
+const fn sink(stag: u32, to: u64, len: u32) -> ReadSink {
+    ReadSink { stag, to, len }
 }
 
 fn plain(cfg: Config) -> Builder {
@@ -206,7 +220,8 @@ fn zero_length_messages() {
     // Zero-length Read Request: no source check (RFC 5040 §7.2 item 4).
     b.push(&rreq(1, rr(0, 0xbad, u64::MAX)), &[]);
     let mut m = mem();
-    let (_, o) = go(&b, IRD, &mut m);
+    // The zero-length Read Response answers a zero-length Read (e.g. the RTR).
+    let (_, o) = go_reads(&b, IRD, &mut m, &[sink(0x4242, 0, 0)]);
     assert!(o.terms.is_empty(), "{o:?}");
     assert!(o.placed.is_empty());
     assert_eq!(
@@ -219,7 +234,7 @@ fn zero_length_messages() {
             }),
             Ev::Tagged(TaggedDone {
                 opcode: Opcode::ReadResponse,
-                stag: 0x9999,
+                stag: 0x4242,
                 len: 0
             }),
             Ev::Msg(MessageDone {
@@ -236,6 +251,176 @@ fn zero_length_messages() {
     // Only the zero-length Send asked the shell (for a buffer).
     assert_eq!(m.asked, 1);
     assert!(m.approved.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Read Responses are bound to the oldest outstanding Read (RFC 5040 §5.2, §7.2): checked
+// before an octet is placed.
+
+/// A Read Response nobody asked for, aimed at a buffer that grants local write (as a DMA
+/// MR does for all of kernel memory): nothing placed, RDMAP 0/2/0x06, with L=0 and L=1.
+#[test]
+fn unsolicited_read_response_places_nothing() {
+    for last in [false, true] {
+        let mut b = plain(Config::RFC);
+        b.push(&rresp(0x200, 0x2000, last), &[0xAA; 64]);
+        b.push(&write(0x100, 0x1000, true), &[9; 8]);
+        let (dec, o) = go(&b, IRD, &mut mem());
+        assert_term(
+            &o,
+            &b,
+            0,
+            cause_rdmap(RdmapError::RemoteOperation(
+                OperationError::UnexpectedOpcode,
+            )),
+            true,
+        );
+        assert!(o.placed.is_empty(), "L={last}: {o:?}");
+        assert!(o.events.is_empty());
+        assert_eq!(dec.state(), RxState::Terminated);
+    }
+    // Zero-length, L=1: no Read to complete either.
+    let mut b = plain(Config::RFC);
+    b.push(&rresp(0, 0, true), &[]);
+    let (_, o) = go(&b, IRD, &mut mem());
+    assert_term(
+        &o,
+        &b,
+        0,
+        cause_rdmap(RdmapError::RemoteOperation(
+            OperationError::UnexpectedOpcode,
+        )),
+        true,
+    );
+    assert!(o.events.is_empty());
+}
+
+/// Two outstanding Reads answered in order, in several segments each, place exactly into
+/// their sinks and complete oldest first with the Read's size.
+#[test]
+fn read_responses_fill_their_reads_in_order() {
+    let p = pattern(300, 3);
+    let mut b = plain(Config::RFC);
+    b.push(&rresp(0x200, 0x2100, false), &p[..100]);
+    b.push(&rresp(0x200, 0x2100 + 100, true), &p[100..200]);
+    b.push(&rresp(0x400, u64::MAX - 100, false), &p[200..250]);
+    b.push(&rresp(0x400, u64::MAX - 50, true), &p[250..]);
+    let reads = [sink(0x200, 0x2100, 200), sink(0x400, u64::MAX - 100, 100)];
+    let (dec, o) = go_reads(&b, IRD, &mut mem(), &reads);
+    assert!(o.terms.is_empty(), "{o:?}");
+    assert_eq!(
+        o.placed,
+        vec![
+            (
+                PlaceTarget::Tagged {
+                    stag: 0x200,
+                    to: 0x2100
+                },
+                p[..200].to_vec()
+            ),
+            (
+                PlaceTarget::Tagged {
+                    stag: 0x400,
+                    to: u64::MAX - 100
+                },
+                p[200..].to_vec()
+            ),
+        ]
+    );
+    assert_eq!(
+        o.events,
+        vec![
+            Ev::Tagged(TaggedDone {
+                opcode: Opcode::ReadResponse,
+                stag: 0x200,
+                len: 200
+            }),
+            Ev::Tagged(TaggedDone {
+                opcode: Opcode::ReadResponse,
+                stag: 0x400,
+                len: 100
+            }),
+        ]
+    );
+    assert!(dec.ddp().orq().is_empty());
+}
+
+/// Every way a Read Response can miss its Read: the segment is refused before anything of
+/// it is placed (what earlier segments of the same Read placed stays), with the DDP tagged
+/// buffer error siw and RFC 5041 §7.2 give.
+#[test]
+fn read_response_mismatches_are_refused_before_placement() {
+    let bad_stag = cause_ddp(DdpError::Tagged(TaggedError::InvalidStag));
+    let bounds = cause_ddp(DdpError::Tagged(TaggedError::BaseBounds));
+    // (segments after a good first one of 16 octets at 0x2000, cause)
+    type Seg = (u32, u64, usize, bool);
+    let cases: [(&str, Vec<Seg>, TermCause); 8] = [
+        // The Read's sink is 0x200; 0x100 grants remote write, 0x400 local write too.
+        ("other STag", vec![(0x100, 0x1010, 16, true)], bad_stag),
+        ("other LW STag", vec![(0x400, 0x2010, 16, true)], bad_stag),
+        ("TO behind", vec![(0x200, 0x2008, 16, true)], bounds),
+        ("TO ahead", vec![(0x200, 0x2020, 16, true)], bounds),
+        ("more octets", vec![(0x200, 0x2010, 17, true)], bounds),
+        ("short last", vec![(0x200, 0x2010, 15, true)], bounds),
+        ("empty last", vec![(0x200, 0x2010, 0, true)], bounds),
+        (
+            "more over two",
+            vec![(0x200, 0x2010, 10, false), (0x200, 0x201A, 7, true)],
+            bounds,
+        ),
+    ];
+    let p = pattern(64, 9);
+    for (what, segs, cause) in cases {
+        let mut b = plain(Config::RFC);
+        b.push(&rresp(0x200, 0x2000, false), &p[..16]);
+        for &(stag, to, n, last) in &segs {
+            b.push(&rresp(stag, to, last), &p[16..16 + n]);
+        }
+        let mut m = mem();
+        m.mrs[3] = Mr::new(0x400, 0x2000, 0x1000, LW);
+        let (_, o) = go_reads(&b, IRD, &mut m, &[sink(0x200, 0x2000, 32)]);
+        let bad = b.fpdus.len() - 1;
+        assert_term(&o, &b, bad, cause, true);
+        let good: usize = b.fpdus[1..bad].iter().map(|(_, u)| u.len() - 14).sum();
+        let placed: usize = o.placed.iter().map(|(_, d)| d.len()).sum();
+        assert_eq!(placed, 16 + good, "{what}: {o:?}");
+        assert!(o.events.is_empty(), "{what}");
+    }
+}
+
+/// A Read Response may not run into the next Read: the first Read's sink is full after
+/// its size, and its last segment must say so.
+#[test]
+fn read_response_cannot_spill_into_the_next_read() {
+    let mut b = plain(Config::RFC);
+    // L=0 on a segment that fills the first Read, then the next Read's octets.
+    b.push(&rresp(0x200, 0x2000, false), &[1; 8]);
+    b.push(&rresp(0x200, 0x2008, true), &[2; 8]);
+    let reads = [sink(0x200, 0x2000, 8), sink(0x200, 0x2008, 8)];
+    let (_, o) = go_reads(&b, IRD, &mut mem(), &reads);
+    assert_term(
+        &o,
+        &b,
+        1,
+        cause_ddp(DdpError::Tagged(TaggedError::BaseBounds)),
+        true,
+    );
+    assert_eq!(o.placed.len(), 1);
+    assert!(o.events.is_empty());
+}
+
+/// The ORQ holds at most its capacity and refuses a sink whose range wraps.
+#[test]
+fn orq_capacity_and_wrap() {
+    let mut dec = decoder(Framing::PLAIN, Config::RFC, IRD);
+    for i in 0..ORQ_CAPACITY {
+        dec.post_read(sink(0x200, 0x2000 + i as u64, 1)).unwrap();
+    }
+    assert!(dec.post_read(sink(0x200, 0x2000, 1)).is_err());
+    let mut dec = decoder(Framing::PLAIN, Config::RFC, IRD);
+    // The octet at 2^64 - 1 is the last a tagged access can reach (TO + length fits).
+    assert!(dec.post_read(sink(0x200, u64::MAX, 1)).is_err());
+    assert!(dec.post_read(sink(0x200, u64::MAX - 1, 1)).is_ok());
 }
 
 #[test]
@@ -261,7 +446,7 @@ fn write_and_read_response_place_with_advancing_to() {
     b.push(&write(0x100, 0x1000, false), &p[..1000]);
     b.push(&write(0x100, 0x1000 + 1000, true), &p[1000..]);
     b.push(&rresp(0x200, 0x2000, true), &p[..16]);
-    let (_, o) = go(&b, IRD, &mut mem());
+    let (_, o) = go_reads(&b, IRD, &mut mem(), &[sink(0x200, 0x2000, 16)]);
     assert!(o.terms.is_empty());
     assert_eq!(
         o.placed,
@@ -582,7 +767,7 @@ fn tagged_placement_errors_are_ddp() {
         ),
         // No remote write on a local-write MR: DDP has no access code, 0x00 (siw too).
         (mem(), write(0x200, 0x2000, true), TaggedError::InvalidStag),
-        // Read Response into an MR without local write.
+        // Read Response into an MR without local write (the Read named it as its sink).
         (mem(), rresp(0x100, 0x1000, true), TaggedError::InvalidStag),
     ];
     for (mut m, h, e) in cases {
@@ -590,7 +775,7 @@ fn tagged_placement_errors_are_ddp() {
         b.push(&h, &[1, 2, 3, 4, 5, 6, 7, 8]);
         // A good Write after the bad one is not placed either.
         b.push(&write(0x100, 0x1000, true), &[9; 8]);
-        let (dec, o) = go(&b, IRD, &mut m);
+        let (dec, o) = go_reads(&b, IRD, &mut m, &[sink(0x100, 0x1000, 8)]);
         assert_term(&o, &b, 0, cause_ddp(DdpError::Tagged(e)), true);
         assert!(o.placed.is_empty(), "{h:?}");
         assert!(o.events.is_empty());
@@ -921,11 +1106,13 @@ fn event_rejection_terminates_with_echo() {
         OperationError::UnexpectedOpcode,
     ));
     let mut dec = decoder(Framing::PLAIN, Config::RFC, IRD);
+    let mut m = mem();
+    post_reads(&mut dec, &mut m, &[sink(0x200, 0x2000, 8)]);
     let mut ev = RecEvents {
         reject: Some((0, cause)),
         ..Default::default()
     };
-    let o = run(&mut dec, &mut mem(), &mut ev, &data, &[usize::MAX]);
+    let o = run(&mut dec, &mut m, &mut ev, &data, &[usize::MAX]);
     assert_term(&o, &b, 1, cause, true);
     assert_eq!(o.events.len(), 1);
     assert_eq!(o.placed.len(), 1);
@@ -1247,18 +1434,24 @@ proptest! {
         }
     }
 
-    /// P4: for any (STag, TO, len) and any MR table, nothing lands outside a registered MR
-    /// or without the access right (checked on every place() call by `run`), and a refused
-    /// segment places nothing.
+    /// P4: for any (STag, TO, len), any MR table and any outstanding Reads, nothing lands
+    /// outside a target the local side granted (checked on every place() call by `run`: a
+    /// remote-write MR for a Write, a posted Read's sink for a Read Response), a refused
+    /// segment places nothing, and the octets placed are exactly those of the segments an
+    /// independent model of RFC 5041 §7.1 and RFC 5040 §5.2 accepts.
     #[test]
     fn no_placement_outside_mrs(
         mrs in proptest::collection::vec(
             (0u32..6, prop_oneof![Just(0u64), any::<u64>(), (u64::MAX - 5000)..=u64::MAX],
              0u64..5000, 0u8..16, any::<bool>(), any::<bool>()),
             0..5),
+        reads in proptest::collection::vec(
+            (0u32..6, prop_oneof![Just(0u64), 0u64..6000, (u64::MAX - 6000)..=u64::MAX],
+             0u32..1200),
+            0..4),
         segs in proptest::collection::vec(
-            (0u32..6, prop_oneof![any::<u64>(), 0u64..6000, (u64::MAX - 6000)..=u64::MAX],
-             0usize..1200, any::<bool>(), any::<bool>()),
+            (0u8..3, 0u32..6, prop_oneof![any::<u64>(), 0u64..6000, (u64::MAX - 6000)..=u64::MAX],
+             0usize..1200, any::<bool>()),
             1..8),
         sizes in proptest::collection::vec(1usize..300, 1..4),
     ) {
@@ -1270,30 +1463,64 @@ proptest! {
                 ..Mr::new(stag, base, len, rights)
             })
             .collect();
+        let sinks: Vec<ReadSink> = reads
+            .iter()
+            .map(|&(stag, to, len)| sink(stag, to, len))
+            .filter(|s| s.to.checked_add(u64::from(s.len)).is_some())
+            .collect();
+        let granted = |stag: u32, to: u64, n: usize, acc: u8| {
+            n == 0
+                || table.iter().find(|m| m.stag == stag).is_some_and(|m| {
+                    m.valid && m.assoc && m.rights & acc != 0 && m.contains(to, n as u64)
+                })
+        };
+        // The model: kind 0 a Write, 1 a Read Response as generated, 2 a Read Response
+        // that continues the oldest Read at its next octet.
+        let mut orq: std::collections::VecDeque<(ReadSink, u64)> =
+            sinks.iter().map(|s| (*s, 0)).collect();
         let mut b = plain(Config::RFC);
-        for &(stag, to, n, rresp_op, last) in &segs {
-            let h = if rresp_op { rresp(stag, to, last) } else { write(stag, to, last) };
+        let mut accepted = 0usize;
+        let mut refused = false;
+        for &(kind, stag, to, n, last) in &segs {
+            let (stag, to) = match (kind, orq.front()) {
+                (2, Some((s, got))) => (s.stag, s.to + got),
+                _ => (stag, to),
+            };
+            let ok = if kind == 0 {
+                granted(stag, to, n, RW)
+            } else {
+                match orq.front_mut() {
+                    None => false,
+                    Some((s, got)) => {
+                        let left = u64::from(s.len) - *got;
+                        let fits = n == 0
+                            || (stag == s.stag && to == s.to + *got && n as u64 <= left);
+                        let ok = fits && (!last || n as u64 == left) && granted(stag, to, n, LW);
+                        if ok {
+                            *got += n as u64;
+                        }
+                        ok
+                    }
+                }
+            };
+            if kind != 0 && ok && last {
+                orq.pop_front();
+            }
+            let h = if kind == 0 { write(stag, to, last) } else { rresp(stag, to, last) };
             b.push(&h, &pattern(n, 1));
+            if !refused && ok {
+                accepted += n;
+            }
+            refused |= !ok;
         }
         let data = b.bytes();
         let mut m = MockMem::with_mrs(&table);
         let mut d = decoder(Framing::PLAIN, Config::RFC, IRD);
+        post_reads(&mut d, &mut m, &sinks);
         let o = run(&mut d, &mut m, &mut RecEvents::default(), &data, &sizes);
-        // Everything placed was checked by `run`; count it against the segments accepted.
         let placed: usize = o.placed.iter().map(|(_, d)| d.len()).sum();
-        let accepted: usize = segs
-            .iter()
-            .take_while(|&&(stag, to, n, rr_op, _)| {
-                n == 0 || {
-                    let acc = if rr_op { LW } else { RW };
-                    table.iter().find(|m| m.stag == stag).is_some_and(|m| {
-                        m.valid && m.assoc && m.rights & acc != 0 && m.contains(to, n as u64)
-                    })
-                }
-            })
-            .map(|s| s.2)
-            .sum();
         prop_assert_eq!(placed, accepted);
+        prop_assert_eq!(o.terms.len(), usize::from(refused));
     }
 
     /// P5: arbitrary octets after a valid start never panic, produce at most one TERMINATE,

@@ -16,6 +16,7 @@ use rsiw_core::engine::ddp_rx::{
 };
 use rsiw_core::engine::mpa_rx::RxConfig;
 use rsiw_core::engine::mpa_tx::{MpaTx, TxConfig};
+use rsiw_core::engine::orq::ReadSink;
 use rsiw_core::engine::rx_decoder::Decoder;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::marker::FpduPtrBase;
@@ -90,6 +91,9 @@ pub struct MockMem {
     pub approved: Vec<(u32, u64, u32, Access)>,
     /// Every check asked, approved or not.
     pub asked: usize,
+    /// The Data Sinks of the Reads posted to the decoder ([`post_reads`]): the only
+    /// places a Read Response may write.
+    pub sinks: Vec<ReadSink>,
 }
 
 impl Default for MockMem {
@@ -101,6 +105,7 @@ impl Default for MockMem {
             cap: 1 << 20,
             approved: Vec::new(),
             asked: 0,
+            sinks: Vec::new(),
         }
     }
 }
@@ -449,8 +454,10 @@ pub fn run(
     }
 }
 
-/// Panics unless a tagged placement of `len` octets at `t` lies inside a registered MR that
-/// grants an access the mock approved for a range covering it.
+/// Panics unless a tagged placement of `len` octets at `t` lies inside a target the local
+/// side granted: a registered, valid, associated MR with a remote-write check approved for
+/// a range covering it (an RDMA Write), or the Data Sink of a Read posted to the decoder
+/// with a local-write check approved for a range covering it (a Read Response).
 pub fn check_placement(mem: &MockMem, t: &PlaceTarget, len: usize) {
     if let PlaceTarget::Tagged { stag, to } = *t {
         let len = len as u64;
@@ -464,17 +471,33 @@ pub fn check_placement(mem: &MockMem, t: &PlaceTarget, len: usize) {
             mr.contains(to, len),
             "placement outside MR: {t:?} +{len} vs {mr:?}"
         );
-        let ok = mem.approved.iter().any(|&(s, ato, alen, acc)| {
-            s == stag
-                && to >= ato
-                && to + len <= ato + u64::from(alen)
-                && mr.rights & bit(acc) != 0
-                && matches!(acc, Access::RemoteWrite | Access::LocalWrite)
-        });
+        let approved = |want: Access| {
+            mem.approved.iter().any(|&(s, ato, alen, acc)| {
+                s == stag
+                    && acc == want
+                    && to >= ato
+                    && to + len <= ato + u64::from(alen)
+                    && mr.rights & bit(acc) != 0
+            })
+        };
+        let in_sink = mem
+            .sinks
+            .iter()
+            .any(|s| s.stag == stag && to >= s.to && to + len <= s.to + u64::from(s.len));
         assert!(
-            ok,
-            "placement {t:?} +{len} not covered by an approved write check"
+            approved(Access::RemoteWrite) || (in_sink && approved(Access::LocalWrite)),
+            "placement {t:?} +{len} is neither a granted remote write nor inside a posted \
+             Read's sink"
         );
+    }
+}
+
+/// Enters Reads with Data Sinks `sinks` into `dec`'s ORQ, oldest first, and records them
+/// in `mem` for [`check_placement`].
+pub fn post_reads(dec: &mut Decoder, mem: &mut MockMem, sinks: &[ReadSink]) {
+    for s in sinks {
+        dec.post_read(*s).expect("post read");
+        mem.sinks.push(*s);
     }
 }
 
