@@ -261,12 +261,14 @@ impl RxStream for ChunkStream<'_, '_, '_> {
         let pos = self.pos;
         self.pos += len;
         match *target {
-            PlaceTarget::Tagged { stag, to } => {
+            PlaceTarget::Tagged { stag, to, access } => {
+                // Resolved again with the right the engine validated: a fast-registration
+                // MR invalidated or re-registered with fewer rights since is not written.
                 let mr = self
                     .ctx
                     .qp
                     .device()
-                    .lookup_stag(stag, self.ctx.pd, 0, to, len as u64)
+                    .lookup_stag(stag, self.ctx.pd, access_bits(access), to, len as u64)
                     .map_err(|_| PlaceError)?;
                 let piece = [Piece {
                     mr,

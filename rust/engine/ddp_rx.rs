@@ -191,6 +191,16 @@ pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents> {
     events: &'a mut E,
 }
 
+/// The right a tagged segment of `op` needs on its STag: local write for a Read
+/// Response (the sink this side named in its Read Request), remote write for an RDMA
+/// Write (RFC 5040 §5.1, §5.2).
+const fn tagged_access(op: Opcode) -> Access {
+    match op {
+        Opcode::ReadResponse => Access::LocalWrite,
+        _ => Access::RemoteWrite,
+    }
+}
+
 impl DdpRx {
     /// A receiver at the start of Full Operation: every queue expects MSN 1 (RFC 5041
     /// §5.1), no request is outstanding.
@@ -418,11 +428,7 @@ impl DdpRx {
                 if to.checked_add(u64::from(len)).is_none() {
                     return Err(TermCause::ddp(DdpError::Tagged(TaggedError::ToWrap)));
                 }
-                let access = match h.opcode {
-                    Opcode::ReadResponse => Access::LocalWrite,
-                    _ => Access::RemoteWrite,
-                };
-                mem.check_tagged(stag, to, len, access)
+                mem.check_tagged(stag, to, len, tagged_access(h.opcode))
                     .map_err(TaggedCheck::ddp_cause)
             }
             Placement::Untagged { qn, msn, mo } => {
@@ -553,6 +559,7 @@ impl DdpRx {
             Placement::Tagged { stag, to } => PlaceTarget::Tagged {
                 stag,
                 to: to.wrapping_add(u64::from(off)),
+                access: tagged_access(h.opcode),
             },
             Placement::Untagged { qn, msn, mo } => PlaceTarget::Untagged {
                 qn,

@@ -11,6 +11,8 @@
 //! TX: the engines describe an FPDU as a sequence of header octets and payload ranges and
 //! hand it to a [`TxSink`]; payload octets never pass through the engine.
 
+use super::rx_shell::Access;
+
 /// Where received payload octets land. Decided by the DDP engine after validation
 /// (RFC 5041 §7.1), executed by the shell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +23,12 @@ pub enum PlaceTarget {
         stag: u32,
         /// Tagged Offset of the first octet placed (octets, host order).
         to: u64,
+        /// The right the placement needs, as validated: [`Access::RemoteWrite`] for an
+        /// RDMA Write, [`Access::LocalWrite`] for a Read Response into its Read's sink. The
+        /// shell resolves the STag again with this right when it copies, so a region
+        /// whose rights shrank (or that was invalidated) since the header was validated
+        /// is not written.
+        access: Access,
     },
     /// Untagged placement: the buffer posted on queue `qn` for message `msn`, at message
     /// offset `mo` (octets).

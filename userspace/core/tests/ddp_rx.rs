@@ -14,7 +14,7 @@ mod ddp_util;
 use ddp_util::*;
 use mpa_util::SliceRx;
 use proptest::prelude::*;
-use rsiw_core::engine::ddp_rx::{DdpConfig, DdpRx, MessageDone, RxState, TaggedDone};
+use rsiw_core::engine::ddp_rx::{Access, DdpConfig, DdpRx, MessageDone, RxState, TaggedDone};
 use rsiw_core::engine::mpa_rx::MpaRx;
 use rsiw_core::engine::orq::{ReadSink, ORQ_CAPACITY};
 use rsiw_core::engine::rx_decoder::Decoder;
@@ -314,14 +314,16 @@ fn read_responses_fill_their_reads_in_order() {
             (
                 PlaceTarget::Tagged {
                     stag: 0x200,
-                    to: 0x2100
+                    to: 0x2100,
+                    access: Access::LocalWrite
                 },
                 p[..200].to_vec()
             ),
             (
                 PlaceTarget::Tagged {
                     stag: 0x400,
-                    to: u64::MAX - 100
+                    to: u64::MAX - 100,
+                    access: Access::LocalWrite
                 },
                 p[200..].to_vec()
             ),
@@ -454,14 +456,16 @@ fn write_and_read_response_place_with_advancing_to() {
             (
                 PlaceTarget::Tagged {
                     stag: 0x100,
-                    to: 0x1000
+                    to: 0x1000,
+                    access: Access::RemoteWrite
                 },
                 p.clone()
             ),
             (
                 PlaceTarget::Tagged {
                     stag: 0x200,
-                    to: 0x2000
+                    to: 0x2000,
+                    access: Access::LocalWrite
                 },
                 p[..16].to_vec()
             ),
@@ -523,7 +527,8 @@ fn to_near_2_pow_64() {
         o.placed[0].0,
         PlaceTarget::Tagged {
             stag: 0x400,
-            to: base
+            to: base,
+            access: Access::RemoteWrite
         }
     );
 
@@ -609,7 +614,8 @@ fn maximum_length_segments() {
         vec![(
             PlaceTarget::Tagged {
                 stag: 0x100,
-                to: 0x1000
+                to: 0x1000,
+                access: Access::RemoteWrite
             },
             p
         )]

@@ -348,7 +348,11 @@ fn zero_length_ulpdu_and_place() {
         }
         fn data<S: RxStream>(&mut self, u: &mut S) -> Result<(), ()> {
             let n = u.available();
-            let t = rsiw_core::engine::stream::PlaceTarget::Tagged { stag: 1, to: 0 };
+            let t = rsiw_core::engine::stream::PlaceTarget::Tagged {
+                stag: 1,
+                to: 0,
+                access: rsiw_core::engine::rx_shell::Access::RemoteWrite,
+            };
             u.place(&t, n, None).map_err(|_| ())
         }
         fn end(&mut self, ok: bool) -> Result<(), ()> {

@@ -361,9 +361,17 @@ pub fn merge(placed: &[(PlaceTarget, Vec<u8>)]) -> Vec<(PlaceTarget, Vec<u8>)> {
             let n = pd.len() as u64;
             let contiguous = match (*pt, *t) {
                 (
-                    PlaceTarget::Tagged { stag: a, to: ta },
-                    PlaceTarget::Tagged { stag: b, to: tb },
-                ) => a == b && ta.checked_add(n) == Some(tb),
+                    PlaceTarget::Tagged {
+                        stag: a,
+                        to: ta,
+                        access: xa,
+                    },
+                    PlaceTarget::Tagged {
+                        stag: b,
+                        to: tb,
+                        access: xb,
+                    },
+                ) => a == b && xa == xb && ta.checked_add(n) == Some(tb),
                 (
                     PlaceTarget::Untagged {
                         qn: qa,
@@ -455,11 +463,12 @@ pub fn run(
 }
 
 /// Panics unless a tagged placement of `len` octets at `t` lies inside a target the local
-/// side granted: a registered, valid, associated MR with a remote-write check approved for
-/// a range covering it (an RDMA Write), or the Data Sink of a Read posted to the decoder
-/// with a local-write check approved for a range covering it (a Read Response).
+/// side granted: for a Write ([`Access::RemoteWrite`]), a registered, valid, associated MR
+/// with a remote-write check approved for a range covering it; for a Read Response
+/// ([`Access::LocalWrite`]), the Data Sink of a Read posted to the decoder, with a
+/// local-write check approved for a range covering it.
 pub fn check_placement(mem: &MockMem, t: &PlaceTarget, len: usize) {
-    if let PlaceTarget::Tagged { stag, to } = *t {
+    if let PlaceTarget::Tagged { stag, to, access } = *t {
         let len = len as u64;
         let mr = mem
             .mrs
@@ -471,24 +480,31 @@ pub fn check_placement(mem: &MockMem, t: &PlaceTarget, len: usize) {
             mr.contains(to, len),
             "placement outside MR: {t:?} +{len} vs {mr:?}"
         );
-        let approved = |want: Access| {
-            mem.approved.iter().any(|&(s, ato, alen, acc)| {
-                s == stag
-                    && acc == want
-                    && to >= ato
-                    && to + len <= ato + u64::from(alen)
-                    && mr.rights & bit(acc) != 0
-            })
-        };
-        let in_sink = mem
-            .sinks
-            .iter()
-            .any(|s| s.stag == stag && to >= s.to && to + len <= s.to + u64::from(s.len));
         assert!(
-            approved(Access::RemoteWrite) || (in_sink && approved(Access::LocalWrite)),
-            "placement {t:?} +{len} is neither a granted remote write nor inside a posted \
-             Read's sink"
+            matches!(access, Access::RemoteWrite | Access::LocalWrite),
+            "placement needing {access:?}"
         );
+        let approved = mem.approved.iter().any(|&(s, ato, alen, acc)| {
+            s == stag
+                && acc == access
+                && to >= ato
+                && to + len <= ato + u64::from(alen)
+                && mr.rights & bit(acc) != 0
+        });
+        assert!(
+            approved,
+            "placement {t:?} +{len} not covered by an approved check"
+        );
+        if access == Access::LocalWrite {
+            let in_sink = mem
+                .sinks
+                .iter()
+                .any(|s| s.stag == stag && to >= s.to && to + len <= s.to + u64::from(s.len));
+            assert!(
+                in_sink,
+                "Read Response placement {t:?} +{len} outside every posted Read's sink"
+            );
+        }
     }
 }
 
