@@ -1580,3 +1580,63 @@ fn mpa_request_in_full_operation_is_terminated() {
         cause_rdmap(RdmapError::RemoteOperation(OperationError::InvalidVersion))
     );
 }
+
+/// The `ddp_rx` fuzz target's invariants (`ddp_util::ddp_rx_case`) over its stored corpus
+/// (`userspace/fuzz/corpus/ddp_rx`): a smoke run of the fuzzer's check in every `cargo
+/// test`, so a corpus entry that once found a bug keeps testing for it.
+#[test]
+fn fuzz_corpus_ddp_rx_replays_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/ddp_rx");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("corpus directory") {
+        let path = entry.expect("corpus entry").path();
+        let data = std::fs::read(&path).expect("corpus file");
+        ddp_rx_case(&data);
+        // The same stream under every configuration and number of outstanding Reads.
+        if let [_, rest @ ..] = data.as_slice() {
+            for sel in 0..64u8 {
+                let mut v = vec![sel];
+                v.extend_from_slice(rest);
+                ddp_rx_case(&v);
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 8, "only {n} corpus entries in {}", dir.display());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The fuzz target's check on generated streams: a valid start (Sends, Writes, Read
+    /// Requests and Read Responses for the outstanding Reads) with arbitrary octets after
+    /// it, under any configuration the selector octet chooses.
+    #[test]
+    fn fuzz_case_on_generated_streams(
+        sel: u8,
+        chunk: u8,
+        ird: u8,
+        ops in proptest::collection::vec(op(), 0..4),
+        rresp_segs in 0usize..3,
+        tail in proptest::collection::vec(any::<u8>(), 0..200),
+    ) {
+        let framing = Framing { markers: sel & 1 != 0, crc: sel & 2 != 0 };
+        let mut b = build(framing, &ops);
+        // Read Responses filling the first outstanding Read of ddp_rx_case (0x800 octets
+        // into 0x200 at 0x2000) in `rresp_segs` segments, when the selector posted it.
+        if let Some(seg) = 0x800usize.checked_div(rresp_segs) {
+            let p = pattern(0x800, 5);
+            let mut done = 0;
+            while done < 0x800 {
+                let n = seg.min(0x800 - done);
+                let last = done + n == 0x800;
+                b.push(&rresp(0x200, 0x2000 + done as u64, last), &p[done..done + n]);
+                done += n;
+            }
+        }
+        let mut data = vec![sel, chunk, ird];
+        data.extend_from_slice(&b.bytes());
+        data.extend_from_slice(&tail);
+        ddp_rx_case(&data);
+    }
+}
