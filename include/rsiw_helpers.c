@@ -238,3 +238,8 @@ void rsiw_wq_exit(void)
 	destroy_workqueue(rsiw_wq);
 	rsiw_wq = NULL;
 }
+
+bool rsiw_in_serving_softirq(void)
+{
+	return in_serving_softirq();
+}

@@ -123,4 +123,7 @@ unsigned long rsiw_xa_lock(struct xarray *xa);
 void rsiw_xa_unlock(struct xarray *xa, unsigned long flags);
 bool rsiw_xa_empty(const struct xarray *xa);
 
+/* in_serving_softirq(): the caller runs a softirq handler (KUnit checks of the context). */
+bool rsiw_in_serving_softirq(void);
+
 #endif /* RSIW_HELPERS_H */

@@ -21,7 +21,7 @@ mod suite {
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
         netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp,
-        KSrq, PostFail, RecvReq, SendReq, Sge,
+        KSrq, PostFail, RecvReq, SendReq, Sge, SoftirqChain,
     };
     use crate::sys::link::LinkHandler;
     use crate::sys::Pod;
@@ -593,6 +593,48 @@ mod suite {
         Ok(())
     }
 
+    /// Verbs may be called from any context: a ULP polling its CQ in softirq
+    /// (`IB_POLL_SOFTIRQ`: nvme-rdma's LOCAL_INV, iSER, RDS) posts from the completion
+    /// handler. A QP in ERROR completes each Send at once with a flush, so a chain of
+    /// Sends runs `post_send` from the CQ's softirq poller over and over, while the test
+    /// takes the same QP locks from process context with softirqs enabled (`query_qp`,
+    /// the first post). On the debug kernel lockdep reports any lock taken both ways
+    /// without disabling softirqs (the test fixture fails on its report), and a real
+    /// self-deadlock would stall the chain.
+    fn softirq_post_flow(dev: &KDevice<Device>) -> Checked {
+        const SENDS: u32 = 64;
+        let pd = req!(KPd::new(dev));
+        // Declared before the CQ: freed after it, once its softirq poller has stopped.
+        let chain = req!(SoftirqChain::new(SENDS));
+        let cq = req!(KCq::new_softirq(dev, 16));
+        let caps = Caps {
+            send_wr: 4,
+            recv_wr: 4,
+            send_sge: 1,
+            recv_sge: 1,
+            inline: 0,
+        };
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
+        req!(qp.set_state(INIT));
+        req!(qp.set_state(ERR));
+        let _ = req!(qp.query());
+        req!(chain.start(&qp));
+        // A condition with a generous deadline (softirqs run at once on an idle machine).
+        let mut waited_ms = 0;
+        while chain.completed() < SENDS && waited_ms < 60_000 {
+            let _ = req!(qp.query());
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
+            waited_ms += 10;
+        }
+        check!(chain.completed() == SENDS);
+        check!(chain.failed() == 0);
+        // Every completion handler ran in softirq, so every Send after the first was posted
+        // there.
+        check!(chain.in_softirq() == SENDS);
+        Ok(())
+    }
+
     #[test]
     fn kernel_qp_verbs_and_data_path_interface() {
         assert!(run(qp_flow));
@@ -611,5 +653,10 @@ mod suite {
     #[test]
     fn kernel_qp_limits_and_drain() {
         assert!(run(drain_flow));
+    }
+
+    #[test]
+    fn post_send_from_softirq_completion_handler() {
+        assert!(run(softirq_post_flow));
     }
 }

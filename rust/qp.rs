@@ -14,8 +14,10 @@
 //! changes only with both held, so either lock gives a stable view. CQ and SRQ locks nest
 //! inside. Completion handlers and asynchronous events run after all QP, SRQ and CQ locks
 //! are dropped ([`crate::cq::Notify`]). `attrs` (a mutex) serialises `modify_qp` and
-//! destroy. `conn` (a spinlock, innermost) holds the connection of a connected QP; the
-//! connection's own mutex is never taken with a QP lock held.
+//! destroy. `conn` (a spinlock that disables interrupts, innermost) holds the connection
+//! of a connected QP: kernel consumers post from any context, softirq completion handlers
+//! included, and every post looks at it. A reference taken out of the slot is dropped
+//! after the slot's lock. The connection's own mutex is never taken with a QP lock held.
 
 mod post;
 pub(crate) mod state;
@@ -36,7 +38,7 @@ use crate::sys::udata::UserResponse;
 use crate::sys::verbs::QpInit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, new_spinlock, new_spinlock_irq, Arc, Mutex, SpinLock, SpinLockIrq};
+use kernel::sync::{new_mutex, new_spinlock_irq, Arc, Mutex, SpinLockIrq};
 use state::State;
 
 /// The deepest SQ or RQ rsiw grants (a power of two).
@@ -98,7 +100,7 @@ pub(crate) struct Qp {
     destroying: AtomicBool,
     /// The connection while the QP is connected (set by the CM, cleared when it closes).
     #[pin]
-    conn: SpinLock<Option<Arc<Conn>>>,
+    conn: SpinLockIrq<Option<Arc<Conn>>>,
 }
 
 /// Logs `what` (rate-limited) for QP `qpn` and returns `EINVAL`.
@@ -262,7 +264,7 @@ impl Qp {
             state: AtomicU8::new(State::Reset as u8),
             attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
             destroying: AtomicBool::new(false),
-            conn <- new_spinlock!(None, "rsiw_qp_conn"),
+            conn <- new_spinlock_irq!(None, "rsiw_qp_conn"),
         }? Error))
     }
 
@@ -341,7 +343,9 @@ impl Qp {
 
     /// Forgets the QP's connection (the connection, when it closes).
     pub(crate) fn detach_conn(qp: &IbQp<Qp>) {
-        drop(qp.conn.lock().take());
+        // The guard ends with this statement: the connection is dropped after the lock.
+        let conn = qp.conn.lock().take();
+        drop(conn);
     }
 
     /// The QP's connection, if connected.
