@@ -102,6 +102,26 @@ pub(crate) enum Reason {
     Local,
 }
 
+impl Reason {
+    /// The asynchronous event the QP reports when the connection ends for this reason.
+    fn event(self) -> Option<b::ib_event_type> {
+        match self {
+            Reason::Terminated | Reason::Reset => Some(b::ib_event_type_IB_EVENT_QP_FATAL),
+            Reason::AccessError => Some(b::ib_event_type_IB_EVENT_QP_ACCESS_ERR),
+            Reason::PeerClosed | Reason::Local => None,
+        }
+    }
+
+    /// The reason a TERMINATE with `cause` gives.
+    fn of_terminate(cause: &TermCause) -> Self {
+        if cause.is_protection_error() {
+            Reason::AccessError
+        } else {
+            Reason::Terminated
+        }
+    }
+}
+
 /// A local SGE resolved to its memory region.
 struct Piece {
     mr: MrRef,
@@ -126,6 +146,13 @@ struct Inner {
     /// Responder in the peer-to-peer model: armed while the gate is closed; if the RTR
     /// has not arrived within `mpa_timeout_ms`, the connection ends with a TERMINATE.
     rtr_timer: Option<Armed<Conn>>,
+    /// Armed once a TERMINATE of ours is pending (the QP is in ERROR already): if it has
+    /// not been queued within `mpa_timeout_ms` (a peer that stopped reading), the
+    /// connection closes without it. Never armed together with `rtr_timer` (one timer).
+    term_timer: Option<Armed<Conn>>,
+    /// Why the connection ends once the pending TERMINATE is out (or its deadline
+    /// passed).
+    terminating: Option<Reason>,
     /// Initiator in the peer-to-peer model: the RTR message still to send, before
     /// anything else.
     rtr_pending: Option<RtrType>,
@@ -155,11 +182,12 @@ pub(crate) struct Conn {
     rx: SpinLockIrq<RxSide>,
     #[pin]
     work: Work<Conn>,
-    /// The peer-to-peer RTR timer ([`Inner::rtr_timer`]).
+    /// The peer-to-peer RTR timer ([`Inner::rtr_timer`]) or the TERMINATE deadline
+    /// ([`Inner::term_timer`]).
     #[pin]
     timer: HrTimer<Conn>,
-    /// Set by the RTR timer when it fired.
-    rtr_expired: AtomicBool,
+    /// Set by the timer when it fired.
+    timer_fired: AtomicBool,
 }
 
 impl_has_work! {
@@ -176,7 +204,7 @@ impl HrTimerCallback for Conn {
     type Pointer<'a> = Arc<Self>;
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
-        this.rtr_expired.store(true, Ordering::Release);
+        this.timer_fired.store(true, Ordering::Release);
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
@@ -242,6 +270,8 @@ impl Conn {
                     tx,
                     gate_closed,
                     rtr_timer: None,
+                    term_timer: None,
+                    terminating: None,
                     rtr_pending,
                     ord: ord_v,
                     job: None,
@@ -266,7 +296,7 @@ impl Conn {
                 }, "rsiw_conn_rx"),
                 work <- new_work!("rsiw_conn"),
                 timer <- HrTimer::new(),
-                rtr_expired: AtomicBool::new(false),
+                timer_fired: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -341,6 +371,7 @@ impl Conn {
         g.closed = true;
         // Releases the timer's reference to the connection.
         g.rtr_timer = None;
+        g.term_timer = None;
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
         }
@@ -354,14 +385,9 @@ impl Conn {
         let qp = g.qp.take();
         if let Some(qp) = &qp {
             Qp::detach_conn(qp.qp());
-            let ev = match why {
-                Reason::Terminated | Reason::Reset => Some(b::ib_event_type_IB_EVENT_QP_FATAL),
-                Reason::AccessError => Some(b::ib_event_type_IB_EVENT_QP_ACCESS_ERR),
-                Reason::PeerClosed | Reason::Local => None,
-            };
             // Work requests still held here complete with a flush error.
             Self::flush_held(g, qp, reads, msg);
-            Qp::enter_error(qp.qp(), ev);
+            Qp::enter_error(qp.qp(), why.event());
         }
         if let Some(id) = g.id.take() {
             if why == Reason::PeerClosed {
@@ -377,6 +403,27 @@ impl Conn {
         g.fpdu = None;
         drop(qp);
         drop(rx_qp);
+    }
+
+    /// A TERMINATE of ours is about to be sent (RFC 5040 §7.1): the QP enters ERROR now,
+    /// reporting `why`'s event, and the work requests the connection holds complete with
+    /// a flush error, so that a peer that stops reading cannot keep them unflushed. The
+    /// connection itself stays until the TERMINATE is queued or the deadline it arms
+    /// (`mpa_timeout_ms`) passed.
+    fn fail_qp(this: &Arc<Self>, g: &mut Inner, why: Reason) {
+        g.terminating = Some(why);
+        // One timer: the RTR gate is open once a TERMINATE is pending.
+        g.rtr_timer = None;
+        this.timer_fired.store(false, Ordering::Release);
+        g.term_timer = Some(Armed::start(this.clone()));
+        let Some(qp) = g.qp.take() else { return };
+        let (reads, msg) = {
+            let mut r = this.rx.lock();
+            (core::mem::take(&mut r.reads_out), r.msg.take())
+        };
+        Self::flush_held(g, &qp, reads, msg);
+        Qp::enter_error(qp.qp(), why.event());
+        g.qp = Some(qp);
     }
 
     /// Completes the WQEs the connection holds outside the SQ with a flush error: the
@@ -439,7 +486,16 @@ impl Conn {
         if g.closed {
             return;
         }
-        if g.rtr_timer.is_some() && this.rtr_expired.load(Ordering::Acquire) {
+        if g.term_timer.is_some() && this.timer_fired.load(Ordering::Acquire) {
+            // The TERMINATE could not be queued in time: close without it.
+            if crate::sys::ratelimit() {
+                pr_warn!("connection: TERMINATE not sent within mpa_timeout_ms, closing\n");
+            }
+            let why = g.terminating.unwrap_or(Reason::Terminated);
+            Self::close_locked(this, g, why);
+            return;
+        }
+        if g.rtr_timer.is_some() && this.timer_fired.load(Ordering::Acquire) {
             g.rtr_timer = None;
             if g.gate_closed {
                 // RFC 6581 sets no deadline; a peer that never sends its RTR would hold

@@ -167,7 +167,7 @@ impl Fpdu {
 
 impl Conn {
     /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
-    pub(super) fn transmit(this: &Conn, g: &mut Inner, mut budget: u32) -> bool {
+    pub(super) fn transmit(this: &Arc<Conn>, g: &mut Inner, mut budget: u32) -> bool {
         Self::sync_rx(this, g);
         loop {
             if g.closed {
@@ -201,8 +201,9 @@ impl Conn {
                 }
                 g.job = None;
                 let cause = t.cause;
+                Self::fail_qp(this, g, Reason::of_terminate(&cause));
                 if g.tx.start(Message::Terminate(t)).is_err() {
-                    Self::close_locked(this, g, Reason::Terminated);
+                    Self::close_locked(this, g, Reason::of_terminate(&cause));
                     return false;
                 }
                 g.job = Some((JobKind::Terminate(cause), Payload::None));
@@ -309,12 +310,7 @@ impl Conn {
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
             JobKind::Terminate(cause) => {
                 qp.device().count(Stat::TerminateSent, 1);
-                let why = if cause.is_protection_error() {
-                    Reason::AccessError
-                } else {
-                    Reason::Terminated
-                };
-                Self::close_locked(this, g, why)
+                Self::close_locked(this, g, Reason::of_terminate(&cause))
             }
         }
     }

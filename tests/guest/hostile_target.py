@@ -2,7 +2,7 @@
 """The rsiw end of test_hostile.py: a pyverbs server that accepts N connections one after
 the other and reports, for each, what the peer's FPDUs did to its memory.
 
-    hostile_target.py ADDR PORT N [read]
+    hostile_target.py ADDR PORT N [read|flood]
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
@@ -10,7 +10,9 @@ access, one with remote read access only (and local write, as a Read's sink need
 posts one receive of 64 octets, prints one JSON line with the middle page's address, the
 two rkeys and the region's lkey, and accepts. With `read` it then posts one RDMA Read of
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
-through the remote-read MR, and waits for its completion. Then it waits for the receive
+through the remote-read MR, and waits for its completion. With `flood` it then posts
+FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
+not read) and does not wait for them. Then it waits for the receive
 to complete (a Send from the peer, or a flush once the connection ended) and prints one
 JSON line: the receive's status, length and first octets, the Read's status and length,
 every run of the three pages that is no longer FILL (offset and octets, hex), and the
@@ -38,6 +40,8 @@ PAGE = mmap.PAGESIZE
 FILL = 0x5A
 READ_LEN = 64
 READ_STAG = 0x1234
+FLOOD_SENDS = 4
+FLOOD_LEN = 1 << 20
 
 
 def changed_runs(data):
@@ -63,7 +67,7 @@ def async_events(ctx, wait):
     return kinds
 
 
-def serve_one(listener, read):
+def serve_one(listener, mode):
     cid = listener.get_request()
     region = MR(cid.pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
     region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
@@ -76,7 +80,12 @@ def serve_one(listener, read):
                       "lkey": region.lkey}), flush=True)
     cid.accept(ConnParam(resources=1, depth=1))
     read_wc = None
-    if read:
+    flood = None
+    if mode == "flood":
+        flood = MR(cid.pd, FLOOD_LEN, e.IBV_ACCESS_LOCAL_WRITE)
+        for i in range(FLOOD_SENDS):
+            cid.post_send(flood, e.IBV_SEND_SIGNALED if i == FLOOD_SENDS - 1 else 0)
+    if mode == "read":
         cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
         read_wc = cid.get_send_comp()
     wc = cid.get_recv_comp()
@@ -95,20 +104,21 @@ def serve_one(listener, read):
         cid.disconnect()
     except PyverbsError:
         pass  # the connection may have ended already
-    for obj in (ro, wr, region, rcv, cid):
-        obj.close()
+    for obj in (ro, wr, region, rcv, flood, cid):
+        if obj is not None:
+            obj.close()
 
 
 def main():
     addr, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    read = sys.argv[4:] == ["read"]
+    mode = sys.argv[4] if len(sys.argv) > 4 else None
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
-    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    cap = QPCap(max_send_wr=8, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
     listener = CMID(creator=ai, qp_init_attr=QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap))
     listener.listen()
     print("listening", flush=True)
     for _ in range(n):
-        serve_one(listener, read)
+        serve_one(listener, mode)
     listener.close()
 
 

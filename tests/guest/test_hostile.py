@@ -9,6 +9,11 @@ after the MR, or into it without the access right, fails the test. A well-formed
 and Send on a connection of their own show that the peer's framing is right, so that
 every TERMINATE below is one for the fault it was sent.
 
+A TERMINATE does not wait for the peer (RFC 5040 §7.1): with the target's Sends filling
+TCP toward a peer that does not read, a forbidden Write still puts the QP in ERROR at
+once (its receive flushed, QP_ACCESS_ERR), and the connection closes within
+mpa_timeout_ms whether or not the TERMINATE could be queued.
+
 Read Responses (RFC 5040 §5.2, §7.2): with no Read outstanding, aimed at MRs that grant
 local write (as a kernel consumer's DMA MR does for all of kernel memory), with L=0 and
 L=1, they are unexpected (RDMAP 0/2/0x06). With the target's RDMA Read outstanding, a
@@ -19,12 +24,15 @@ Response completes it.
 After the test the usual fixtures check dmesg (no oops, KASAN, lockdep) and kmemleak,
 and `rmmod rsiw` must succeed.
 """
+import fcntl
 import json
 import os
+import select
 import socket
 import struct
 import subprocess
 import sys
+import termios
 
 import pytest
 
@@ -43,6 +51,7 @@ IBV_WC_WR_FLUSH_ERR = 5
 # violation (QP_ACCESS_ERR), any other TERMINATE a fatal QP error.
 IBV_EVENT_QP_FATAL = 1
 IBV_EVENT_QP_ACCESS_ERR = 3
+IBV_EVENT_SQ_DRAINED = 5
 
 # TERMINATE header flags (RFC 5040 §4.8): the offending DDP segment length and header
 # (M, D) and the offending RDMAP header (R) are included.
@@ -158,7 +167,10 @@ def target(rsiw, dummy):
         line = p.stdout.readline().strip()
         assert line == "listening", line + p.stdout.read()
 
-        def report():
+        def report(timeout=None):
+            if timeout is not None:
+                ready, _, _ = select.select([p.stdout], [], [], timeout)
+                assert ready, f"no report from the target within {timeout} s"
             line = p.stdout.readline()
             assert line.startswith("{"), "target failed: " + line + p.stdout.read()
             return json.loads(line)
@@ -372,3 +384,40 @@ def test_bad_read_responses_are_refused_before_placement(target):
             errs.append(f"{name}: asynchronous events {r['events']}, want "
                         f"[{expected_event(*want)}]")
     assert not errs, "\n".join(errs)
+
+
+def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
+    """The peer lets the target's 4 MiB of Sends fill its receive window and rsiw's send
+    buffer, then sends a Write without the right and reads nothing: the target's receive
+    is flushed and QP_ACCESS_ERR reported while the peer still reads nothing, and once
+    the peer reads, rsiw has closed the connection (TERMINATE best-effort)."""
+    report = target(1, "flood")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A small receive buffer, fixed: the window closes after a few pages.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(T_IO)
+    s.connect((ADDR, PORT))
+    s.sendall(mpa_request())
+    keys = report()
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    # Wait until rsiw's Sends stand in the peer's receive queue (FIONREAD), which it
+    # then leaves unread: the window is closed.
+    deadline = T_IO
+    while deadline > 0:
+        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        if queued >= 2048:
+            break
+        select.select([], [], [], 0.1)
+        deadline -= 0.1
+    assert queued >= 2048, f"rsiw's Sends did not reach the peer ({queued} octets)"
+    s.sendall(write(keys["rkey"], keys["addr"] + 64, b"\xEE" * 16))
+    r = report(timeout=T_IO)
+    assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
+    # The Sends still in the SQ are flushed too: SQ_DRAINED follows the error's event.
+    assert r["events"] == [IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_SQ_DRAINED], r
+    assert r["changes"] == [], r
+    # Now read: rsiw closes within its deadline (mpa_timeout_ms, 10 s by default).
+    recv_all(s)
+    s.close()
