@@ -9,6 +9,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
+#include <linux/wait_bit.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
@@ -18,6 +19,7 @@
 #include "rsiw_helpers.h"
 
 static struct workqueue_struct *rsiw_wq;
+static atomic_t rsiw_live = ATOMIC_INIT(0);
 
 struct module *rsiw_this_module(void)
 {
@@ -220,6 +222,24 @@ void rsiw_xa_unlock(struct xarray *xa, unsigned long flags)
 bool rsiw_xa_empty(const struct xarray *xa)
 {
 	return xa_empty(xa);
+}
+
+void rsiw_live_get(void)
+{
+	atomic_inc(&rsiw_live);
+}
+
+void rsiw_live_put(void)
+{
+	if (atomic_dec_and_test(&rsiw_live))
+		wake_up_var(&rsiw_live);
+}
+
+int rsiw_live_wait(unsigned int timeout_ms)
+{
+	wait_var_event_timeout(&rsiw_live, atomic_read(&rsiw_live) == 0,
+			       msecs_to_jiffies(timeout_ms));
+	return atomic_read(&rsiw_live);
 }
 
 int rsiw_wq_init(void)

@@ -73,6 +73,16 @@ int rsiw_wq_init(void);
 struct workqueue_struct *rsiw_wq_get(void);
 void rsiw_wq_exit(void);
 
+/*
+ * The count of live listeners, connection endpoints and connections: each takes one at
+ * creation and gives it back when freed; rsiw_live_wait() waits (wait_var_event) up to
+ * @timeout_ms for the count to reach zero and returns how many are left.  Module exit
+ * waits for them: their socket callbacks and timers are module code.
+ */
+void rsiw_live_get(void);
+void rsiw_live_put(void);
+int rsiw_live_wait(unsigned int timeout_ms);
+
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
 

@@ -8,8 +8,13 @@
 //!   `provider_data` owns it from `iw_create_listen` to `iw_destroy_listen`.
 //! - [`Cep`] (connection endpoint): one TCP connection from the start of MPA startup to its
 //!   hand-over to the QP's transport (or its failure). The socket's callback attachment,
-//!   the work item while queued, and — on the passive side — the new `iw_cm_id`'s
-//!   `provider_data` (from CONNECT_REQUEST until accept or reject) each own a reference.
+//!   the work item while queued, and — on the passive side — its listener (until the MPA
+//!   Request is reported; destroying the listener closes it) and then the new
+//!   `iw_cm_id`'s `provider_data` (from CONNECT_REQUEST until accept or reject) each own a
+//!   reference.
+//!
+//! Every listener, CEP and connection holds a [`Live`] token: module exit waits until all
+//! of them are gone, since their socket callbacks and timers are module code.
 //!
 //! All protocol work runs in the CEP's work item (process context): socket callbacks only
 //! queue it. Events to iw_cm follow its state machine: one CONNECT_REPLY per accepted
@@ -24,8 +29,9 @@ use crate::engine::startup::{Config, EnhancedConfig, Mode, Startup, Status};
 use crate::sys::ibdev::IbDevice;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
+use crate::sys::Live;
 use crate::wire::mpa::RtrSet;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
@@ -81,14 +87,13 @@ fn rtr_types() -> RtrSet {
 /// The shortest MPA startup timeout (`mpa_timeout_ms` below it is raised to it).
 const MIN_MPA_TIMEOUT_MS: u32 = 100;
 
-/// Startup timers armed (their handles alive) in the whole module.
-static ARMED: AtomicUsize = AtomicUsize::new(0);
-
-/// An armed startup timer of a CEP or (peer-to-peer RTR) a connection: dropping it
-/// cancels the timer (waiting for a running callback) and releases the reference to `T`
-/// the timer holds. Holders keep a reference of their own, so that is never the last;
-/// callbacks take no lock, so it may be dropped under the holder's lock.
-pub(crate) struct Armed<T: HasHrTimer<T>>(Option<ArcHrTimerHandle<T>>);
+/// An armed timer of a CEP (MPA startup) or a connection (peer-to-peer RTR, TERMINATE
+/// deadline): dropping it cancels the timer (waiting for a running callback) and releases
+/// the reference to `T` the timer holds. Holders keep a reference of their own, so that is
+/// never the last; callbacks take no lock, so it may be dropped under the holder's lock.
+pub(crate) struct Armed<T: HasHrTimer<T>> {
+    _handle: ArcHrTimerHandle<T>,
+}
 
 impl<T> Armed<T>
 where
@@ -96,34 +101,14 @@ where
     T: for<'a> HrTimerCallback<Pointer<'a> = Arc<T>>,
 {
     /// Starts `this`'s timer to fire in `mpa_timeout_ms` (at least
-    /// [`MIN_MPA_TIMEOUT_MS`]); module exit waits until it is dropped.
+    /// [`MIN_MPA_TIMEOUT_MS`]). Module exit waits for `T` ([`crate::sys::Live`]), which
+    /// holds the handle.
     pub(crate) fn start(this: Arc<T>) -> Self {
         let ms = crate::module_parameters::mpa_timeout_ms
             .value()
             .max(MIN_MPA_TIMEOUT_MS);
-        ARMED.fetch_add(1, Ordering::AcqRel);
-        Self(Some(this.start(Delta::from_millis(i64::from(ms)))))
-    }
-}
-
-impl<T: HasHrTimer<T>> Drop for Armed<T> {
-    fn drop(&mut self) {
-        drop(self.0.take());
-        ARMED.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Held by the module: dropping it (module exit, after the devices are gone) waits until
-/// no startup timer is armed. A CEP still in its MPA startup when its device went away
-/// (a peer that connected and stayed silent) holds a timer that fires within
-/// `mpa_timeout_ms` and closes it; the timer's callback is module code, so the module
-/// must outlive it.
-pub(crate) struct StartupTimers;
-
-impl Drop for StartupTimers {
-    fn drop(&mut self) {
-        while ARMED.load(Ordering::Acquire) != 0 {
-            kernel::time::delay::fsleep(Delta::from_millis(20));
+        Self {
+            _handle: this.start(Delta::from_millis(i64::from(ms))),
         }
     }
 }
@@ -134,8 +119,20 @@ pub(crate) struct Listener {
     id: CmId<Device>,
     #[pin]
     sock: Mutex<Option<Socket>>,
+    /// The connections it accepted that wait for their MPA Request: no consumer knows
+    /// them yet, so the listener owns them and closes them when it is destroyed.
+    #[pin]
+    pending: Mutex<Pending>,
     #[pin]
     work: Work<Listener>,
+    _live: Live,
+}
+
+/// The CEPs a listener owns (see [`Listener::pending`]).
+struct Pending {
+    /// Set by [`Listener::destroy`]: no more CEPs are adopted.
+    closed: bool,
+    ceps: KVec<Arc<Cep>>,
 }
 
 impl_has_work! {
@@ -163,7 +160,16 @@ impl Listener {
             }
         })?;
         let l = Arc::pin_init(
-            pin_init!(Self { id, sock <- new_mutex!(None), work <- new_work!("rsiw_listener") }),
+            pin_init!(Self {
+                id,
+                sock <- new_mutex!(None),
+                pending <- new_mutex!(Pending {
+                    closed: false,
+                    ceps: KVec::new(),
+                }),
+                work <- new_work!("rsiw_listener"),
+                _live: Live::new(),
+            }),
             GFP_KERNEL,
         )?;
         sock.attach(l.clone(), None)?;
@@ -172,11 +178,38 @@ impl Listener {
         Ok(l)
     }
 
-    /// `iw_destroy_listen`: closes the listening socket. Connections already accepted but
-    /// not yet reported are closed by their own work item when they find the listener gone.
+    /// `iw_destroy_listen`: closes the listening socket and every connection it accepted
+    /// whose MPA Request has not been reported (no CONNECT_REQUEST reaches an id that is
+    /// going away; their sockets and callbacks are gone before this returns).
     pub(crate) fn destroy(&self) {
-        // Dropping the socket detaches it (no more events) and releases it.
+        // Dropping the socket detaches it (no more events) and releases it; the accept
+        // loop holds the same lock, so no CEP is adopted after this.
         drop(self.sock.lock().take());
+        let ceps = {
+            let mut p = self.pending.lock();
+            p.closed = true;
+            core::mem::take(&mut p.ceps)
+        };
+        for cep in ceps.iter() {
+            Cep::close_pending(cep);
+        }
+    }
+
+    /// Takes `cep`, just accepted, into the pending CEPs. Returns `false` (taking
+    /// nothing) once the listener is destroyed, or without memory.
+    fn adopt(&self, cep: &Arc<Cep>) -> bool {
+        let mut p = self.pending.lock();
+        !p.closed && p.ceps.push(cep.clone(), GFP_KERNEL).is_ok()
+    }
+
+    /// `cep` left the pending CEPs (its Request was reported, or it closed).
+    fn forget(&self, cep: &Arc<Cep>) {
+        let mut p = self.pending.lock();
+        if let Some(i) = p.ceps.iter().position(|c| Arc::ptr_eq(c, cep)) {
+            let gone = p.ceps.remove(i).ok();
+            drop(p);
+            drop(gone);
+        }
     }
 
     fn accept_all(this: &Arc<Self>) {
@@ -267,6 +300,7 @@ pub(crate) struct Cep {
     timer: HrTimer<Cep>,
     /// Set by the startup timer (interrupt context); the work item acts on it.
     timed_out: AtomicBool,
+    _live: Live,
 }
 
 impl_has_work! {
@@ -312,6 +346,7 @@ impl Cep {
                 work <- new_work!("rsiw_cep"),
                 timer <- HrTimer::new(),
                 timed_out: AtomicBool::new(false),
+                _live: Live::new(),
             }),
             GFP_KERNEL,
         )
@@ -324,8 +359,14 @@ impl Cep {
             GFP_KERNEL,
         )?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let cep = Self::new(State::AwaitRequest, None, Some(listener))?;
-        sock.attach(cep.clone(), Some(lsock))?;
+        let cep = Self::new(State::AwaitRequest, None, Some(listener.clone()))?;
+        if !listener.adopt(&cep) {
+            return Err(ECONNABORTED);
+        }
+        if let Err(e) = sock.attach(cep.clone(), Some(lsock)) {
+            listener.forget(&cep);
+            return Err(e);
+        }
         {
             let mut g = cep.inner.lock();
             g.sock = Some(sock);
@@ -409,7 +450,7 @@ impl Cep {
         if r.is_err() {
             // iw_cm expects no event after a failed accept.
             g.id = None;
-            Self::close_locked(&mut g);
+            Self::close_locked(&this, &mut g);
         }
         r
     }
@@ -495,7 +536,7 @@ impl Cep {
             // The consumer destroyed its id while the Rtr frame was awaited (iw_cm then
             // rejects): the Reply is out already, the connection just closes.
             g.id = None;
-            Self::close_locked(&mut g);
+            Self::close_locked(&this, &mut g);
             return Ok(());
         }
         if g.state != State::AwaitAccept {
@@ -506,7 +547,7 @@ impl Cep {
             None => Err(EINVAL),
         };
         let r = r.and_then(|()| Self::flush_tx(&mut g));
-        Self::close_locked(&mut g);
+        Self::close_locked(&this, &mut g);
         r
     }
 
@@ -600,7 +641,16 @@ impl Cep {
         g.timer = Some(Armed::start(this.clone()));
     }
 
-    fn close_locked(g: &mut Inner) {
+    /// Its listener is being destroyed: closes the CEP, silently, if it still waits for
+    /// the MPA Request (no consumer knows it).
+    fn close_pending(this: &Arc<Self>) {
+        let mut g = this.inner.lock();
+        if g.state == State::AwaitRequest {
+            Self::close_locked(this, &mut g);
+        }
+    }
+
+    fn close_locked(this: &Arc<Self>, g: &mut Inner) {
         // Cancels the timer (its callback takes no lock); the caller holds a reference,
         // so this is not the CEP's last.
         g.timer = None;
@@ -610,15 +660,17 @@ impl Cep {
         }
         g.sock = None;
         g.startup = None;
-        g.listener = None;
+        if let Some(l) = g.listener.take() {
+            l.forget(this);
+        }
     }
 
     /// An accepted connection failed before it was established (draft mode: no valid Rtr
     /// frame): iw_cm's id waits for ESTABLISHED (a CLOSE before it is not allowed), so it
     /// gets ESTABLISHED and then CLOSE with `-ECONNRESET`; the QP never entered RTS.
-    fn fail_accepted(g: &mut Inner) {
+    fn fail_accepted(this: &Arc<Self>, g: &mut Inner) {
         let addrs = g.addrs;
-        Self::close_locked(g);
+        Self::close_locked(this, g);
         if let Some(id) = g.id.take() {
             let est = CmEvent {
                 kind: CmEventKind::Established,
@@ -648,7 +700,7 @@ impl Cep {
                 if crate::sys::ratelimit() {
                     pr_warn!("listen: no MPA Request within mpa_timeout_ms, closing\n");
                 }
-                Self::close_locked(g);
+                Self::close_locked(this, g);
                 true
             }
             State::AwaitReply => {
@@ -656,7 +708,7 @@ impl Cep {
                     pr_warn!("connect: no MPA Reply within mpa_timeout_ms\n");
                 }
                 let addrs = g.addrs;
-                Self::close_locked(g);
+                Self::close_locked(this, g);
                 if let Some(id) = g.id.take() {
                     let code = -(crate::sys::bindings::ETIMEDOUT as i32);
                     let ev = CmEvent {
@@ -675,7 +727,7 @@ impl Cep {
                 if crate::sys::ratelimit() {
                     pr_warn!("accept: no Rtr frame within mpa_timeout_ms\n");
                 }
-                Self::fail_accepted(g);
+                Self::fail_accepted(this, g);
                 true
             }
             // Answered in time; the timer raced with its cancellation.
@@ -691,10 +743,12 @@ impl Cep {
             State::AwaitRequest => match Self::receive(g) {
                 Status::RequestReceived => {
                     let Some(l) = g.listener.take() else {
-                        return Self::close_locked(g);
+                        return Self::close_locked(this, g);
                     };
+                    // From here the new iw_cm_id owns the CEP (or it closes).
+                    l.forget(this);
                     let Some(peer) = g.startup.as_ref().and_then(|s| s.peer().copied()) else {
-                        return Self::close_locked(g);
+                        return Self::close_locked(this, g);
                     };
                     // MPA revision 1 carries no IRD/ORD (RFC 6581 §1): the device limits
                     // are reported, so a consumer accepting with its defaults can still
@@ -713,7 +767,7 @@ impl Cep {
                     g.state = State::AwaitAccept;
                     g.timer = None;
                     if l.id.connect_request(&ev, this.clone()).is_err() {
-                        Self::close_locked(g);
+                        Self::close_locked(this, g);
                     }
                 }
                 Status::AwaitingRequest => {}
@@ -721,7 +775,7 @@ impl Cep {
                     if crate::sys::ratelimit() {
                         pr_warn!("MPA startup (responder) ended: {other:?}\n");
                     }
-                    Self::close_locked(g)
+                    Self::close_locked(this, g)
                 }
             },
             State::AwaitReply => {
@@ -756,7 +810,7 @@ impl Cep {
                     }
                 };
                 let addrs = g.addrs;
-                Self::close_locked(g);
+                Self::close_locked(this, g);
                 if let Some(id) = g.id.take() {
                     let ev = CmEvent {
                         kind: CmEventKind::ConnectReply,
@@ -777,14 +831,14 @@ impl Cep {
                             if crate::sys::ratelimit() {
                                 pr_warn!("accept: cannot start the transport ({e:?})\n");
                             }
-                            Self::fail_accepted(g);
+                            Self::fail_accepted(this, g);
                         }
                     }
                     other => {
                         if crate::sys::ratelimit() {
                             pr_warn!("MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n");
                         }
-                        Self::fail_accepted(g);
+                        Self::fail_accepted(this, g);
                     }
                 }
             }
@@ -795,7 +849,7 @@ impl Cep {
                 ) {
                     // The peer left before the consumer answered; accept or reject will
                     // fail with EINVAL on the closed CEP.
-                    Self::close_locked(g);
+                    Self::close_locked(this, g);
                 }
             }
             State::Established | State::Closed => {}

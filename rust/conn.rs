@@ -57,6 +57,7 @@ use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::obj::PdId;
 use crate::sys::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
+use crate::sys::Live;
 use crate::wire::mpa::{MpaErrorCode, RtrType};
 use crate::wire::terminate::{TermCause, Terminate};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -188,6 +189,7 @@ pub(crate) struct Conn {
     timer: HrTimer<Conn>,
     /// Set by the timer when it fired.
     timer_fired: AtomicBool,
+    _live: Live,
 }
 
 impl_has_work! {
@@ -297,6 +299,7 @@ impl Conn {
                 work <- new_work!("rsiw_conn"),
                 timer <- HrTimer::new(),
                 timer_fired: AtomicBool::new(false),
+                _live: Live::new(),
             }),
             GFP_KERNEL,
         )?;

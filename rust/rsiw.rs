@@ -97,8 +97,9 @@ struct Rsiw {
     _link: sys::link::LinkRegistration<device::Link>,
     _notifier: sys::netdev::NotifierRegistration<device::Link>,
     _registry: sys::ibdev::Registry,
-    /// Waits for the MPA startup timers of connections that outlived their devices.
-    _timers: cm::StartupTimers,
+    /// Waits for listeners, connection endpoints and connections that outlived their
+    /// devices (their socket callbacks and timers are module code).
+    _live: sys::LiveObjects,
     /// Dropped last (fields drop in order): drains the work of the devices removed above.
     _wq: sys::WorkQueue,
 }
@@ -114,7 +115,7 @@ impl kernel::Module for Rsiw {
             _link: link,
             _notifier: notifier,
             _registry: registry,
-            _timers: cm::StartupTimers,
+            _live: sys::LiveObjects,
             _wq: wq,
         })
     }

@@ -162,6 +162,48 @@ impl Drop for WorkQueue {
     }
 }
 
+/// A live listener, connection endpoint or connection: holding one keeps module exit
+/// ([`LiveObjects`]) waiting, since their socket callbacks and timers are module code.
+pub(crate) struct Live(());
+
+impl Live {
+    /// Counts one more live object until the token is dropped.
+    pub(crate) fn new() -> Self {
+        // SAFETY: an atomic increment of the shim's counter.
+        unsafe { bindings::rsiw_live_get() };
+        Live(())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // SAFETY: balances the increment of `Live::new`.
+        unsafe { bindings::rsiw_live_put() };
+    }
+}
+
+/// Held by the module: dropping it (module exit, after the devices are gone) waits until
+/// every [`Live`] token was dropped. A connection endpoint still in its MPA startup when
+/// its device went away (a peer that connected and stayed silent) closes within
+/// `mpa_timeout_ms`; a connection closes once its consumer destroys the QP. The wait is
+/// a wait queue's, not a poll; every 10 s it says how many objects it still waits for.
+pub(crate) struct LiveObjects;
+
+impl Drop for LiveObjects {
+    fn drop(&mut self) {
+        loop {
+            // SAFETY: waits on the shim's counter; no preconditions.
+            let left = unsafe { bindings::rsiw_live_wait(10_000) };
+            if left == 0 {
+                return;
+            }
+            pr_warn!(
+                "unloading: waiting for {left} connection endpoint(s) and connection(s) to close\n"
+            );
+        }
+    }
+}
+
 /// The queue of [`WorkQueue`] for enqueueing rsiw's work items.
 pub(crate) fn queue() -> &'static kernel::workqueue::Queue {
     // SAFETY: only rsiw's objects queue work, between module init and the `WorkQueue`'s
