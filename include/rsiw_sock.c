@@ -276,6 +276,11 @@ int rsiw_sk_family(const struct socket *sock)
 	return sock->sk->sk_family;
 }
 
+void rsiw_sk_hold_net(struct socket *sock)
+{
+	sk_net_refcnt_upgrade(sock->sk);
+}
+
 void rsiw_sk_bind_dev(struct socket *sock, int ifindex)
 {
 	WRITE_ONCE(sock->sk->sk_bound_dev_if, ifindex);

@@ -107,6 +107,12 @@ int rsiw_sockaddr_len(const struct sockaddr *addr);
 int rsiw_sk_family(const struct socket *sock);
 
 /* sk->sk_bound_dev_if = ifindex (a listener on a wildcard address serves one netdev). */
+/*
+ * sk_net_refcnt_upgrade(): the kernel socket holds a reference to its network namespace,
+ * as user sockets do, so the namespace outlives it (nvme-tcp, cifs).  Children accepted
+ * from a listener inherit the reference.  Call it right after sock_create_kern().
+ */
+void rsiw_sk_hold_net(struct socket *sock);
 void rsiw_sk_bind_dev(struct socket *sock, int ifindex);
 
 /* IPV6_V6ONLY for an AF_INET6 socket. */

@@ -147,7 +147,9 @@ pub(crate) struct SockRef<'a> {
 
 impl Socket {
     /// Creates a TCP socket of `family` (`AF_INET`/`AF_INET6`) in the network namespace
-    /// `net` (the rsiw device's netdev namespace).
+    /// `net` (the rsiw device's netdev namespace). The socket, and every connection a
+    /// listener accepts from it, holds a reference to `net` until it is released, so a
+    /// namespace deleted while rsiw still has sockets in it is freed only after them.
     ///
     /// # Errors
     ///
@@ -166,6 +168,8 @@ impl Socket {
             )
         })?;
         let sock = NonNull::new(sock).ok_or(ENOMEM)?;
+        // SAFETY: just created, not yet used; `sock` is valid.
+        unsafe { b::rsiw_sk_hold_net(sock.as_ptr()) };
         // INVARIANT: just created, TCP.
         Ok(Self { sock, attach: None })
     }

@@ -4,6 +4,11 @@
 - A listener that is destroyed closes the connections it accepted that still wait for
   their MPA Request (no consumer knows them): the peer sees the close at once, not after
   `mpa_timeout_ms`, and no CONNECT_REQUEST reaches an id that is going away.
+- rsiw's kernel sockets hold their network namespace: deleting a namespace with an rsiw
+  device, a listener, a connection waiting for its MPA Request and a live connection in
+  it, and killing every process there, frees the namespace only after rsiw closed its
+  sockets (KASAN on the debug kernel reports any use after free); the device goes with
+  the namespace's netdev, and `rmmod rsiw` succeeds after.
 """
 import signal
 import socket
@@ -11,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import load_rsiw, sh, unload_rsiw, wait_for
+from conftest import load_rsiw, rdma_links, sh, unload_rsiw, wait_for
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -67,3 +72,56 @@ def test_destroyed_listener_closes_connections_awaiting_their_request(long_mpa_t
         f"the connection stayed open {T_CLOSE} s after its listener was destroyed"
     s.close()
     sh(f"rdma link del {DEV}")
+
+
+NS = "rsiwlife"
+NS_ADDR = "10.93.0.1"
+
+
+def test_namespace_deleted_under_a_listener_and_connections(long_mpa_timeout):
+    sh(f"ip netns add {NS}")
+    procs = []
+    try:
+        sh(f"ip -n {NS} link set lo up")
+        sh(f"ip -n {NS} link add nsdum0 type dummy")
+        sh(f"ip -n {NS} addr add {NS_ADDR}/24 dev nsdum0")
+        sh(f"ip -n {NS} link set nsdum0 up")
+        sh(f"ip netns exec {NS} rdma link add rsiwns0 type rsiw netdev nsdum0")
+        sh("modprobe rdma_ucm")
+        run = ["ip", "netns", "exec", NS]
+        procs.append(subprocess.Popen(run + ["rping", "-s", "-a", NS_ADDR, "-p", str(PORT)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        wait_for(lambda: accept_queue(PORT, NS) is not None, 30, "rping's listener")
+        # A live connection: an rping client pinging for as long as it is allowed to.
+        procs.append(subprocess.Popen(run + ["rping", "-c", "-a", NS_ADDR, "-p", str(PORT),
+                                             "-C", "1000000", "-S", "64"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        wait_for(lambda: len(sh(f"ip netns exec {NS} ss -Htn state established "
+                                f"'( sport = :{PORT} or dport = :{PORT} )'").stdout
+                             .splitlines()) >= 2, 60, "rping's connection")
+        # A second rping server on another port and a silent TCP peer of it: its CEP
+        # waits for the MPA Request (the first server serves one client only).
+        procs.append(subprocess.Popen(run + ["rping", "-s", "-a", NS_ADDR, "-p",
+                                             str(PORT + 1)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        wait_for(lambda: accept_queue(PORT + 1, NS) is not None, 30, "the second listener")
+        procs.append(subprocess.Popen(
+            run + ["python3", "-c",
+                   "import socket, time\n"
+                   f"s = socket.create_connection(('{NS_ADDR}', {PORT + 1}))\n"
+                   "time.sleep(3600)\n"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        wait_for(lambda: accept_queue(PORT + 1, NS) == 0 and len(
+            sh(f"ip netns exec {NS} ss -Htn state established "
+               f"'( sport = :{PORT + 1} )'").stdout.splitlines()) == 1,
+            30, "rsiw to accept the silent connection")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        sh(f"ip netns del {NS}", check=False)
+    # The namespace (and with it nsdum0, and so rsiwns0) goes once rsiw's sockets are
+    # closed: the CEPs with their listeners, the connection with its QP.
+    wait_for(lambda: "rsiwns0" not in rdma_links(), 120,
+             "the rsiw device to go with its namespace's netdev")
