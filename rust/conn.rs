@@ -83,8 +83,9 @@ const TX_BURST: u32 = 64;
 const DOORBELL_BURST: u32 = 16;
 
 /// The most inbound and outbound RDMA Read Requests a connection allows (IRD and ORD
-/// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`).
-pub(crate) const MAX_IRD_ORD: u32 = 32;
+/// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`): the
+/// protocol core's ORQ holds this many Reads.
+pub(crate) const MAX_IRD_ORD: u32 = crate::engine::orq::MAX_ORD;
 
 /// Why a connection ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,14 +12,20 @@
 //! locally writable buffer.
 //!
 //! The queue is a fixed ring of [`ORQ_CAPACITY`] entries: the engine does not allocate.
+//! It is kept small (the ring is part of the RX decoder, which the kernel shell builds on
+//! a kernel stack before it moves it into the connection).
 
 use crate::wire::ddp::{DdpError, TaggedError};
 use crate::wire::rdmap::{OperationError, RdmapError};
 use crate::wire::terminate::TermCause;
 
-/// The largest outbound Read depth (ORD) the engine tracks, plus one slot for the
-/// zero-length Read RTR of RFC 6581 §5, which is outstanding before any ULP Read.
-pub const ORQ_CAPACITY: usize = 129;
+/// The largest outbound Read depth (ORD) the engine tracks (RDMA Read Requests in flight
+/// per connection). Shells advertise no larger ORD.
+pub const MAX_ORD: u32 = 32;
+
+/// [`MAX_ORD`] plus one slot for the zero-length Read RTR of RFC 6581 §5, which is
+/// outstanding before any ULP Read.
+pub const ORQ_CAPACITY: usize = MAX_ORD as usize + 1;
 
 /// The Data Sink an outbound RDMA Read Request named (RFC 5040 §4.4), in host order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
