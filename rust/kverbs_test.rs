@@ -481,6 +481,13 @@ mod suite {
             d.lookup_stag(dma, pd.id(), remote_write, base, 1).err()
                 == Some(TaggedCheck::AccessRights)
         );
+        // Without IB_PD_UNSAFE_GLOBAL_RKEY the core asks for no remote rights: the wire
+        // reaches the DMA MR only as the sink of a Read the consumer posted.
+        check!(
+            d.lookup_stag(dma, pd.id(), access_bits(Access::RemoteRead), base, 1)
+                .err()
+                == Some(TaggedCheck::AccessRights)
+        );
         check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
         check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
@@ -540,17 +547,20 @@ mod suite {
         Ok(())
     }
 
+    /// A QP of four send and four receive WRs, one SGE each, no inline data.
+    const SMALL_CAPS: Caps = Caps {
+        send_wr: 4,
+        recv_wr: 4,
+        send_sge: 1,
+        recv_sge: 1,
+        inline: 0,
+    };
+
     /// Limits of kernel QPs, and `ib_drain_qp` on a directly polled CQ.
     fn drain_flow(dev: &KDevice<Device>) -> Checked {
         let pd = req!(KPd::new(dev));
         let cq = req!(KCq::new_direct(dev, 16));
-        let caps = Caps {
-            send_wr: 4,
-            recv_wr: 4,
-            send_sge: 1,
-            recv_sge: 1,
-            inline: 0,
-        };
+        let caps = SMALL_CAPS;
         let rc = b::ib_qp_type_IB_QPT_RC;
         check!(KQp::new(&pd, &cq, &cq, None, b::ib_qp_type_IB_QPT_UD, caps, &QP_EV).is_err());
         check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { send_wr: 0, ..caps }, &QP_EV).is_err());
@@ -607,13 +617,7 @@ mod suite {
         // Declared before the CQ: freed after it, once its softirq poller has stopped.
         let chain = req!(SoftirqChain::new(SENDS));
         let cq = req!(KCq::new_softirq(dev, 16));
-        let caps = Caps {
-            send_wr: 4,
-            recv_wr: 4,
-            send_sge: 1,
-            recv_sge: 1,
-            inline: 0,
-        };
+        let caps = SMALL_CAPS;
         let rc = b::ib_qp_type_IB_QPT_RC;
         let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
         req!(qp.set_state(INIT));
