@@ -426,7 +426,13 @@ impl Cep {
             g.ird = ird;
             g.ord = ord;
             Self::arm_timer(&cep, &mut g);
-            Self::flush_tx(&mut g)?;
+            if let Err(e) = Self::flush_tx(&mut g) {
+                // iw_connect fails: no event is owed on the id, so the CEP lets go of it
+                // before its timer could report a CONNECT_REPLY.
+                g.id = None;
+                Self::close_locked(&cep, &mut g);
+                return Err(e);
+            }
         }
         let _ = crate::sys::queue().enqueue(cep);
         Ok(())

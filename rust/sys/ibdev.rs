@@ -13,7 +13,7 @@
 
 use super::bindings;
 use super::idtable::RawIdTable;
-use super::iwcm::{copy_pdata, set_provider_data, take_provider_data, CmId, ConnParam};
+use super::iwcm::{copy_pdata, set_provider_data, take_provider_data, CmId, CmRole, ConnParam};
 use super::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
 use super::udata::UserResponse;
@@ -550,7 +550,7 @@ impl<T: DeviceOps> IbDevice<T> {
             return ENOMEM.to_errno();
         };
         // SAFETY: a valid id of a running provider op.
-        let id = unsafe { CmId::<T>::from_raw(id) };
+        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Connect) };
         errno(T::iw_connect(dev, id, param))
     }
 
@@ -581,7 +581,7 @@ impl<T: DeviceOps> IbDevice<T> {
             return ENOMEM.to_errno();
         };
         // SAFETY: a valid id of a running provider op.
-        let id = unsafe { CmId::<T>::from_raw(id) };
+        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Accept) };
         errno(T::iw_accept(dev, cep, id, param))
     }
 
@@ -621,7 +621,7 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: per the caller.
         let dev = unsafe { Self::from_raw((*id).device) };
         // SAFETY: a valid id of a running provider op.
-        let cm_id = unsafe { CmId::<T>::from_raw(id) };
+        let cm_id = unsafe { CmId::<T>::from_raw(id, CmRole::Listen) };
         match T::iw_create_listen(dev, cm_id, backlog) {
             Ok(l) => {
                 // SAFETY: a valid id; iw_cm keeps `provider_data` for the provider.

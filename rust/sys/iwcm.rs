@@ -2,6 +2,14 @@
 
 //! The iWARP connection manager interface (`include/rdma/iw_cm.h`): the `iw_cm_id` a
 //! provider holds, the events it reports, and the connection parameters it receives.
+//!
+//! iw_cm's event contract is enforced here, at the one place rsiw reports events
+//! ([`CmId::event`], [`Phase::after`]): a connection that never reached ESTABLISHED ends
+//! with a CONNECT_REPLY carrying an error (active side), never with CLOSE; DISCONNECT and
+//! CLOSE come only after ESTABLISHED, CLOSE exactly once. iw_cm `BUG()`s on a CLOSE for an
+//! id in any other state (`cm_close_handler`) and on a second CONNECT_REPLY
+//! (`cm_conn_rep_handler`); an event that breaks the contract is not reported, and rsiw
+//! warns (a bug of its own).
 
 use super::bindings as b;
 use super::ibdev::DeviceOps;
@@ -9,6 +17,7 @@ use super::socket::SockAddr;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::types::ForeignOwnable;
@@ -37,6 +46,73 @@ impl CmEventKind {
             Self::Established => b::iw_cm_event_type_IW_CM_EVENT_ESTABLISHED,
             Self::Disconnect => b::iw_cm_event_type_IW_CM_EVENT_DISCONNECT,
             Self::Close => b::iw_cm_event_type_IW_CM_EVENT_CLOSE,
+        }
+    }
+}
+
+/// What a provider operation made of an id: the first [`Phase`] of its events.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CmRole {
+    /// `iw_create_listen`: reports CONNECT_REQUESTs.
+    Listen,
+    /// `iw_connect`: reports one CONNECT_REPLY, then (if it was 0) DISCONNECT and CLOSE.
+    Connect,
+    /// `iw_accept`: reports ESTABLISHED, then DISCONNECT and CLOSE.
+    Accept,
+}
+
+/// Where an id is in iw_cm's event contract (see the module documentation).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    /// A listening id.
+    Listening = 0,
+    /// `iw_connect` returned 0: CONNECT_REPLY is owed.
+    Connecting = 1,
+    /// `iw_accept` was called: ESTABLISHED is owed.
+    Accepting = 2,
+    /// The connection is established: DISCONNECT or CLOSE may follow.
+    Established = 3,
+    /// DISCONNECT was reported: CLOSE is owed.
+    Closing = 4,
+    /// The last event was reported.
+    Done = 5,
+}
+
+impl Phase {
+    const fn of(role: CmRole) -> Self {
+        match role {
+            CmRole::Listen => Phase::Listening,
+            CmRole::Connect => Phase::Connecting,
+            CmRole::Accept => Phase::Accepting,
+        }
+    }
+
+    const fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Phase::Listening,
+            1 => Phase::Connecting,
+            2 => Phase::Accepting,
+            3 => Phase::Established,
+            4 => Phase::Closing,
+            _ => Phase::Done,
+        }
+    }
+
+    /// The phase after reporting `kind` with `status` in this phase, or `None` if iw_cm's
+    /// contract forbids that event here.
+    pub(crate) const fn after(self, kind: CmEventKind, status: i32) -> Option<Self> {
+        match (self, kind) {
+            (Phase::Listening, CmEventKind::ConnectRequest) => Some(Phase::Listening),
+            (Phase::Connecting, CmEventKind::ConnectReply) => Some(if status == 0 {
+                Phase::Established
+            } else {
+                Phase::Done
+            }),
+            (Phase::Accepting, CmEventKind::Established) => Some(Phase::Established),
+            (Phase::Established, CmEventKind::Disconnect) => Some(Phase::Closing),
+            (Phase::Established | Phase::Closing, CmEventKind::Close) => Some(Phase::Done),
+            _ => None,
         }
     }
 }
@@ -81,6 +157,8 @@ impl CmEvent<'_> {
 /// `Arc<T::Cep>` (see [`CmId::connect_request`]).
 pub(crate) struct CmId<T: DeviceOps> {
     ptr: NonNull<b::iw_cm_id>,
+    /// The id's [`Phase`] (its events come from one owner at a time, serialised by it).
+    phase: AtomicU8,
     _p: PhantomData<fn() -> T>,
 }
 
@@ -92,12 +170,12 @@ unsafe impl<T: DeviceOps> Send for CmId<T> {}
 unsafe impl<T: DeviceOps> Sync for CmId<T> {}
 
 impl<T: DeviceOps> CmId<T> {
-    /// Takes a reference on `ptr`.
+    /// Takes a reference on `ptr`, handed to the provider operation of `role`.
     ///
     /// # Safety
     ///
     /// `ptr` is a valid `iw_cm_id` handed to a provider operation that is running.
-    pub(super) unsafe fn from_raw(ptr: *mut b::iw_cm_id) -> Self {
+    pub(super) unsafe fn from_raw(ptr: *mut b::iw_cm_id, role: CmRole) -> Self {
         // SAFETY: valid per the caller; `add_ref` is always set by iw_cm.
         unsafe {
             if let Some(add_ref) = (*ptr).add_ref {
@@ -109,8 +187,14 @@ impl<T: DeviceOps> CmId<T> {
         // INVARIANT: a reference was just taken; `ptr` is valid.
         Self {
             ptr,
+            phase: AtomicU8::new(Phase::of(role) as u8),
             _p: PhantomData,
         }
+    }
+
+    /// Where the id is in iw_cm's event contract.
+    pub(crate) fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
     }
 
     /// The id's local address, as the consumer named it (`local_addr`).
@@ -149,7 +233,9 @@ impl<T: DeviceOps> CmId<T> {
     }
 
     /// Reports `ev` (not a CONNECT_REQUEST: see [`Self::connect_request`]) to iw_cm.
-    /// Returns iw_cm's answer (0, or `-ENOMEM` when the event could not be queued).
+    /// Returns iw_cm's answer (0, or `-ENOMEM` when the event could not be queued), or
+    /// `-EINVAL` without reporting it if iw_cm's contract forbids the event in the id's
+    /// [`Phase`] (rsiw warns: a bug of its own).
     pub(crate) fn event(&self, ev: &CmEvent<'_>) -> i32 {
         self.raw_event(ev, core::ptr::null_mut())
     }
@@ -172,6 +258,18 @@ impl<T: DeviceOps> CmId<T> {
     }
 
     fn raw_event(&self, ev: &CmEvent<'_>, provider_data: *mut c_void) -> i32 {
+        let phase = self.phase();
+        let Some(next) = phase.after(ev.kind, ev.status) else {
+            pr_err!(
+                "iw_cm event {:?} (status {}) refused in phase {:?}\n",
+                ev.kind,
+                ev.status,
+                phase
+            );
+            kernel::warn_on!(true);
+            return -(b::EINVAL as i32);
+        };
+        self.phase.store(next as u8, Ordering::Release);
         let mut e: b::iw_cm_event = super::Pod::zeroed();
         e.event = ev.kind.to_c();
         e.status = ev.status;
@@ -282,4 +380,92 @@ pub(super) unsafe fn copy_pdata(p: *const c_void, len: usize) -> Result<KVec<u8>
         v.extend_from_slice(data, GFP_KERNEL)?;
     }
     Ok(v)
+}
+
+#[cfg(CONFIG_KUNIT = "y")]
+#[kernel::prelude::kunit_tests(rsiw_iwcm)]
+mod tests {
+    use super::{CmEventKind as K, CmRole, Phase};
+
+    /// Runs `events` from `role`'s first phase; returns the phase after each, `None` from
+    /// the first refused event on.
+    fn walk(role: CmRole, events: &[(K, i32)]) -> Option<Phase> {
+        events
+            .iter()
+            .try_fold(Phase::of(role), |p, &(k, st)| p.after(k, st))
+    }
+
+    #[test]
+    fn iw_cm_event_contract() {
+        const ETIMEDOUT: i32 = -110;
+        // Listener: CONNECT_REQUESTs only.
+        assert_eq!(
+            walk(
+                CmRole::Listen,
+                &[(K::ConnectRequest, 0), (K::ConnectRequest, 0)]
+            ),
+            Some(Phase::Listening)
+        );
+        for k in [K::ConnectReply, K::Established, K::Disconnect, K::Close] {
+            assert_eq!(walk(CmRole::Listen, &[(k, 0)]), None);
+        }
+        // Active side: one CONNECT_REPLY; CLOSE only after a successful one, once.
+        for k in [K::Close, K::Disconnect, K::Established, K::ConnectRequest] {
+            assert_eq!(walk(CmRole::Connect, &[(k, 0)]), None);
+        }
+        let ok = [(K::ConnectReply, 0), (K::Disconnect, 0), (K::Close, 0)];
+        assert_eq!(walk(CmRole::Connect, &ok), Some(Phase::Done));
+        assert_eq!(walk(CmRole::Connect, &ok[..2]), Some(Phase::Closing));
+        assert_eq!(
+            walk(CmRole::Connect, &[(K::ConnectReply, 0), (K::Close, 0)]),
+            Some(Phase::Done)
+        );
+        assert_eq!(
+            walk(
+                CmRole::Connect,
+                &[(K::ConnectReply, 0), (K::ConnectReply, 0)]
+            ),
+            None
+        );
+        assert_eq!(
+            walk(
+                CmRole::Connect,
+                &[(K::ConnectReply, 0), (K::Close, 0), (K::Close, 0)]
+            ),
+            None
+        );
+        // A failed connect ends with its CONNECT_REPLY: no CLOSE, no DISCONNECT.
+        assert_eq!(
+            walk(CmRole::Connect, &[(K::ConnectReply, ETIMEDOUT)]),
+            Some(Phase::Done)
+        );
+        for k in [K::Close, K::Disconnect, K::ConnectReply] {
+            assert_eq!(
+                walk(CmRole::Connect, &[(K::ConnectReply, ETIMEDOUT), (k, 0)]),
+                None
+            );
+        }
+        // Passive side: ESTABLISHED once, then DISCONNECT and CLOSE.
+        for k in [K::Close, K::Disconnect, K::ConnectReply, K::ConnectRequest] {
+            assert_eq!(walk(CmRole::Accept, &[(k, 0)]), None);
+        }
+        assert_eq!(
+            walk(
+                CmRole::Accept,
+                &[(K::Established, 0), (K::Disconnect, 0), (K::Close, 0)]
+            ),
+            Some(Phase::Done)
+        );
+        assert_eq!(
+            walk(CmRole::Accept, &[(K::Established, 0), (K::Established, 0)]),
+            None
+        );
+        assert_eq!(
+            walk(
+                CmRole::Accept,
+                &[(K::Established, 0), (K::Close, 0), (K::Disconnect, 0)]
+            ),
+            None
+        );
+    }
 }

@@ -268,3 +268,143 @@ def test_p2p_responder_without_rtr_terminates(cm_dev_timeout):
     assert (fpdu[20] >> 4, fpdu[20] & 0x0F, fpdu[21]) == (2, 0, 5), \
         f"TERMINATE is not LLP/0/5: {fpdu[20:22].hex()}"
     assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < hold_s - 2, f"ended after {elapsed:.1f} s"
+
+
+def raw_responder(port, behave):
+    """A TCP server thread on `port` that accepts one connection, reads rsiw's MPA
+    Request and then runs `behave(conn)`; returns (thread, list of failures)."""
+    import threading
+    errs = []
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((ADDR, port))
+    ls.listen(1)
+    ls.settimeout(60)
+
+    def serve():
+        try:
+            conn, _ = ls.accept()
+            conn.settimeout(60)
+            got = conn.recv(100)
+            if not got.startswith(b"MPA ID Req Frame"):
+                errs.append(f"not an MPA Request: {got!r}")
+            behave(conn)
+        except Exception as e:  # reported by the test
+            errs.append(repr(e))
+        finally:
+            ls.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    return t, errs
+
+
+def connect_fails_early(port, behave):
+    """Connects to a `raw_responder(port, behave)`; asserts that the connect failed by
+    what the Responder did, not by the startup timer (ETIMEDOUT). Returns the client's
+    line."""
+    t, errs = raw_responder(port, behave)
+    res = connect(port)
+    t.join(timeout=60)
+    assert not errs, errs
+    assert res.startswith("connect-errno ") and res != f"connect-errno {errno.ETIMEDOUT}", res
+    return res
+
+
+def mpa_reply():
+    """An accepting MPA Reply, Rev 2 with the RFC 6581 block (IRD 1, ORD 1)."""
+    pd = struct.pack(">HH", 1, 1)
+    return b"MPA ID Rep Frame" + bytes([0x10, 2]) + struct.pack(">H", len(pd)) + pd
+
+
+def test_slow_responder_times_out_once(cm_dev_timeout):
+    """A Responder that sends its MPA Reply one octet every 0.4 s, slower than
+    mpa_timeout_ms allows: the consumer's connect fails with ETIMEDOUT once, and the
+    octets that still arrive after it report nothing more (iw_cm's contract: one
+    CONNECT_REPLY; rsiw warns, which fails the test, on any event it would break)."""
+    def dribble(conn):
+        for b in mpa_reply():
+            try:
+                conn.sendall(bytes([b]))
+            except OSError:
+                return  # rsiw closed the connection after its timeout
+            time.sleep(0.4)
+        conn.close()
+
+    t, errs = raw_responder(7477, dribble)
+    t0 = time.monotonic()
+    res = connect(7477)
+    elapsed = time.monotonic() - t0
+    t.join(timeout=60)
+    assert not errs, errs
+    assert res == f"connect-errno {errno.ETIMEDOUT}", res
+    assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 30, f"failed after {elapsed:.1f} s"
+
+
+def test_responder_reset_during_startup(cm_dev_timeout):
+    """A Responder that resets the connection after reading the MPA Request: the
+    consumer's connect fails by the reset, not the startup timer (a CONNECT_REPLY with
+    an error, never a CLOSE)."""
+    def reset(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    connect_fails_early(7478, reset)
+
+
+def test_half_reply_then_close(cm_dev_timeout):
+    """A Responder that sends half of its MPA Reply and then closes (FIN): the connect
+    fails with one CONNECT_REPLY before the startup timer, and nothing follows it."""
+    def half(conn):
+        conn.sendall(mpa_reply()[:10])
+        conn.close()
+
+    t, errs = raw_responder(7479, half)
+    res = connect(7479)
+    t.join(timeout=60)
+    assert not errs, errs
+    assert res.startswith("connect-errno "), res
+
+
+def mpa_frame(key=b"MPA ID Rep Frame", flags=0x10, rev=2, pd=struct.pack(">HH", 1, 1),
+              pd_len=None):
+    """Any MPA startup frame: key, flags (M C R S), revision, PD_Length (default: the
+    private data's length) and private data."""
+    n = len(pd) if pd_len is None else pd_len
+    return key + bytes([flags, rev]) + struct.pack(">H", n) + pd
+
+
+# (name, the Responder's bytes after rsiw's MPA Request): Replies RFC 5044 §7.1.2 and
+# RFC 6581 §9 call improperly formatted, or that reject (WIRE.md §4 rows 1, 2 and 4).
+BAD_REPLIES = [
+    ("bad_key", mpa_frame(key=b"MPA ID Rep Fram\x00")),
+    ("request_key", mpa_frame(key=b"MPA ID Req Frame")),
+    ("octets_before_the_reply", b"\x00" * 4 + mpa_frame()),
+    ("rev_3", mpa_frame(rev=3)),
+    ("pd_length_513", mpa_frame(pd=struct.pack(">HH", 1, 1) + bytes(509))),
+    ("pd_length_beyond_the_frame", mpa_frame(pd_len=100, pd=bytes(10))),
+    ("pd_shorter_than_the_ird_ord_block", mpa_frame(pd=b"\x00\x01")),
+    ("truncated_header", mpa_frame()[:9]),
+    ("reject", mpa_frame(flags=0x30)),
+]
+
+
+@pytest.mark.parametrize("name,frame", BAD_REPLIES, ids=[c[0] for c in BAD_REPLIES])
+def test_bad_mpa_reply_fails_the_connect_once(cm_dev_timeout, name, frame):
+    """A Responder that answers rsiw's MPA Request with a malformed or rejecting Reply
+    (then FIN): the consumer's connect fails with an error other than the startup timer's
+    ETIMEDOUT, and reports nothing more (iw_cm's contract: one CONNECT_REPLY; rsiw warns, which fails
+    the test, on any event that would break it). A rejecting Reply is ECONNREFUSED."""
+    def answer(conn):
+        conn.sendall(frame)
+        conn.shutdown(socket.SHUT_WR)
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass  # rsiw may reset instead of closing
+        conn.close()
+
+    res = connect_fails_early(7480, answer)
+    if name == "reject":
+        assert res == f"connect-errno {errno.ECONNREFUSED}", res

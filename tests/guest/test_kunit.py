@@ -8,7 +8,7 @@ import pytest
 
 from conftest import dmesg_mark, dmesg_since, load_rsiw, unload_rsiw
 
-SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs"]
+SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs", "rsiw_iwcm"]
 
 
 @pytest.mark.skipif(os.environ.get("RSIW_KERNEL") != "debug", reason="KUnit is built in only on the debug kernel")

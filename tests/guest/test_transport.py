@@ -213,8 +213,9 @@ def procs():
         b.kill()
 
 
-def run(argv, out, ns=None, timeout=T_CLIENT):
-    """Runs a client to completion; returns (exit status or None on timeout, output)."""
+def run(argv, out, ns=None, timeout=T_CLIENT, before_kill=None):
+    """Runs a client to completion; returns (exit status or None on timeout, output).
+    `before_kill` runs after a timeout's state dump, before the client is killed."""
     with open(out, "w") as f:
         p = subprocess.Popen(netns_argv(ns) + argv, stdout=f, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True)
@@ -230,6 +231,8 @@ def run(argv, out, ns=None, timeout=T_CLIENT):
                 r = sh(cmd, check=False, timeout=T_TOOL)
                 f.write(f"$ {cmd}\n{r.stdout}{r.stderr}")
             f.flush()
+            if before_kill:
+                before_kill()
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
             rc = None
@@ -305,14 +308,16 @@ class CmWatch:
 
 
 def pair(procs, tmp_path, name, server_argv, client_argv, s_dev, s_addr, p,
-         s_ns=None, c_ns=None):
+         s_ns=None, c_ns=None, client_timeout=T_CLIENT, kill_server_first=False):
     """Runs a server and a client; returns (server rc, server out, client rc, client
     out). The server must listen on s_dev first; it is killed if it does not exit by
-    itself after the client."""
+    itself after the client (before the client, if `kill_server_first`, when the client
+    times out)."""
     srv = procs(server_argv, tmp_path / f"{name}.server.txt", s_ns)
     wait_listener(srv, s_dev, s_addr, p, s_ns)
     t0 = time.monotonic()
-    crc, cout = run(client_argv, tmp_path / f"{name}.client.txt", c_ns)
+    crc, cout = run(client_argv, tmp_path / f"{name}.client.txt", c_ns, client_timeout,
+                    (lambda: srv.signal(signal.SIGKILL)) if kill_server_first else None)
     src = srv.wait(T_SERVER if crc is not None else 5)
     print(f"{name}: client {crc} server {src} in {time.monotonic() - t0:.1f}s")
     return src, srv.output(), crc, cout
@@ -920,13 +925,18 @@ def check_rtr(name, d, opcode):
     return []
 
 
-def p2p_rping(procs, tmp_path, opcode, s_dev, s_ip, c_ip, iface, s_ns=None, c_ns=None):
+def p2p_rping(procs, tmp_path, opcode, s_dev, s_ip, c_ip, iface, s_ns=None, c_ns=None,
+              tag=""):
     """20 verified rpings captured on `iface` (in c_ns), then the capture decoded: MPA
-    Rev 2 without CRC, and the RTR of `opcode` as the first FPDU."""
+    Rev 2 without CRC, and the RTR of `opcode` as the first FPDU. Against a siw server
+    (see SIW_P2P_CLOSE_BUG) a stalled client is given 120 s, and the server is killed
+    before it."""
     p = port()
     server, client = rping_argvs(s_ip, p, 20, c_ip)
-    cap = Capture(procs, tmp_path / "p2p.pcap", iface, c_ns, f"tcp port {p}")
-    res = pair(procs, tmp_path, "rping", server, client, s_dev, s_ip, p, s_ns, c_ns)
+    cap = Capture(procs, tmp_path / f"p2p{tag}.pcap", iface, c_ns, f"tcp port {p}")
+    siw = s_dev == PEER and not STANDIN
+    res = pair(procs, tmp_path, f"rping{tag}", server, client, s_dev, s_ip, p, s_ns, c_ns,
+               client_timeout=120 if siw else T_CLIENT, kill_server_first=siw)
     cap.stop()
     errs = check_rping("rping", 20, *res)
     if not errs:
@@ -949,6 +959,19 @@ def test_p2p_loopback(loop_dev, procs, tmp_path, mask, opcode):
     report(p2p_rping(procs, tmp_path, opcode, DUT, addr, None, "lo"))
 
 
+SIW_P2P_CLOSE_BUG = True
+"""siw as a peer-to-peer Responder reports ESTABLISHED only once the Initiator's RTR
+arrived (siw_rtr_data_ready()); until then its iw_cm_id stays in CONN_RECV. When the
+RTR hits SIW_ACCEPT_RACE, siw never sees it, the connection stalls, and when the client
+gives up and closes, siw's SIW_CM_WORK_PEER_CLOSE in RDMA mode reports DISCONNECT and
+CLOSE for that id: iw_cm's cm_close_handler() BUG()s on a CLOSE in CONN_RECV (seen as
+"kernel BUG at drivers/infiniband/core/iwcm.c:966" on Debian's kernel, five minutes into
+test_p2p_siw, the client's old timeout). Both are siw's; rsiw's own events are checked
+against iw_cm's contract where it reports them (rust/sys/iwcm.rs). A stalled rsiw client
+of a siw P2P server is therefore given 120 s, the siw server is killed first (destroying
+its id makes iw_cm drop siw's later events), and the run is retried once."""
+
+
 SIW_RTR_LOCKDEP_BUG = os.path.exists("/proc/lockdep")
 """siw as a peer-to-peer Responder takes the socket's sk_callback_lock for writing in its
 RTR data-ready callback (softirq) and for reading with softirqs enabled elsewhere:
@@ -966,7 +989,12 @@ def test_p2p_siw(two_ns, procs, tmp_path, mask, opcode):
     if STANDIN:
         pytest.skip("siw stand-in has no peer_to_peer parameter")
     two_ns(f"peer_to_peer=1 p2p_rtr={mask}")
-    report(p2p_rping(procs, tmp_path, opcode, PEER, IP_B, IP_A, VETH_A, NS_B, NS_A))
+    errs = p2p_rping(procs, tmp_path, opcode, PEER, IP_B, IP_A, VETH_A, NS_B, NS_A)
+    if siw_accept_race("rsiw_client", errs):
+        print("rping: siw left the RTR unread in its socket (SIW_ACCEPT_RACE); retrying once")
+        errs = p2p_rping(procs, tmp_path, opcode, PEER, IP_B, IP_A, VETH_A, NS_B, NS_A,
+                         tag="-retry")
+    report(errs)
 
 
 # --- 6. the seed draft's Rtr frame (2007 proposal, opt-in) --------------------------
