@@ -2,20 +2,25 @@
 """The rsiw end of test_hostile.py: a pyverbs server that accepts N connections one after
 the other and reports, for each, what the peer's FPDUs did to its memory.
 
-    hostile_target.py ADDR PORT N [read|flood]
+    hostile_target.py ADDR PORT N [read|flood|norecv]
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
-access, one with remote read access only (and local write, as a Read's sink needs). It
-posts one receive of 64 octets, prints one JSON line with the middle page's address, the
-two rkeys and the region's lkey, and accepts. With `read` it then posts one RDMA Read of
+access, one with remote read access only (and local write, as a Read's sink needs). On a
+PD of its own (not the connection's) it registers one more page with remote read and write
+access, an STag the peer must not reach. It posts one receive of 64 octets, prints one JSON
+line with the middle page's address, the two rkeys, the region's lkey and the other PD's
+page (`faddr`, `fkey`), and accepts. With `read` it then posts one RDMA Read of
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
 through the remote-read MR, and waits for its completion. With `flood` it then posts
 FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
-not read) and does not wait for them. Then it waits for the receive
+not read) and does not wait for them. With `norecv` it posts no receive and, instead of a
+receive's completion, waits up to 60 s for the first asynchronous event. Otherwise it then
+waits for the receive
 to complete (a Send from the peer, or a flush once the connection ended) and prints one
 JSON line: the receive's status, length and first octets, the Read's status and length,
-every run of the three pages that is no longer FILL (offset and octets, hex), and the
+every run of the three pages that is no longer FILL (offset and octets, hex), the same of
+the other PD's page, and the
 asynchronous events the device context reported (after a flushed receive it waits up to
 10 s for the first). The whole region is checked, so a byte placed beyond the MR's page,
 before or after it, shows.
@@ -32,6 +37,7 @@ import pyverbs.cm_enums as ce
 from pyverbs import enums as e
 from pyverbs.cmid import AddrInfo, CMID, ConnParam
 from pyverbs.mr import MR
+from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QPCap, QPInitAttr
 from uverbs_events import event_fds, next_event
@@ -74,10 +80,16 @@ def serve_one(listener, mode):
     middle = region.buf + PAGE
     wr = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=middle)
     ro = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
+    other_pd = PD(listener.context)
+    foreign = MR(other_pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+                 | e.IBV_ACCESS_REMOTE_READ)
+    foreign.write(bytes([FILL]) * PAGE, PAGE)
     rcv = cid.reg_msgs(64)
-    cid.post_recv(rcv)
+    if mode != "norecv":
+        cid.post_recv(rcv)
     print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey,
-                      "lkey": region.lkey}), flush=True)
+                      "lkey": region.lkey, "faddr": foreign.buf, "fkey": foreign.rkey}),
+          flush=True)
     cid.accept(ConnParam(resources=1, depth=1))
     read_wc = None
     flood = None
@@ -88,23 +100,29 @@ def serve_one(listener, mode):
     if mode == "read":
         cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
         read_wc = cid.get_send_comp()
-    wc = cid.get_recv_comp()
+    # The passive side's context is the listener's (pyverbs sets it in get_request).
+    if mode == "norecv":
+        # Nothing to complete: the connection's end shows as an asynchronous event.
+        wc, events = None, async_events(listener.context, 60)
+    else:
+        wc = cid.get_recv_comp()
+        events = async_events(listener.context, 10 if wc.status != 0 else 0)
     report = {
         "read_status": read_wc.status if read_wc else None,
         "read_len": read_wc.byte_len if read_wc and read_wc.status == 0 else None,
-        "status": wc.status,
-        "len": wc.byte_len,
-        "recv": rcv.read(min(wc.byte_len, 64), 0).hex() if wc.status == 0 else "",
+        "status": wc.status if wc else None,
+        "len": wc.byte_len if wc else None,
+        "recv": rcv.read(min(wc.byte_len, 64), 0).hex() if wc and wc.status == 0 else "",
         "changes": changed_runs(region.read(3 * PAGE, 0)),
-        # The passive side's context is the listener's (pyverbs sets it in get_request).
-        "events": async_events(listener.context, 10 if wc.status != 0 else 0),
+        "foreign": changed_runs(foreign.read(PAGE, 0)),
+        "events": events,
     }
     print(json.dumps(report), flush=True)
     try:
         cid.disconnect()
     except PyverbsError:
         pass  # the connection may have ended already
-    for obj in (ro, wr, region, rcv, flood, cid):
+    for obj in (ro, wr, region, rcv, flood, cid, foreign, other_pd):
         if obj is not None:
             obj.close()
 
