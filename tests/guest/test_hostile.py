@@ -2,8 +2,8 @@
 """A hostile iWARP peer against rsiw: a raw TCP Initiator in this process speaks MPA
 revision 2 to an rsiw listener (hostile_target.py, a pyverbs server), then sends FPDUs
 that RFC 5040/5041 forbid. For each, rsiw must answer with exactly one TERMINATE carrying
-the RFC's layer, etype and ecode (RFC 5040 §7.2, RFC 5041 §7.2, the table in
-shared/spec/WIRE.md), close the connection, flush the consumer's receive, and place
+the RFC's layer, etype and ecode (RFC 5040 §7.2, RFC 5041 §7.2; the table in
+Documentation/rsiw.rst, *Security*), close the connection, flush the consumer's receive, and place
 nothing: the target checks three whole pages around its MR, so a byte written before or
 after the MR, or into it without the access right, fails the test. A well-formed Write
 and Send on a connection of their own show that the peer's framing is right, so that
@@ -314,7 +314,7 @@ CASES = [
     # A Read Request whose source TO + size wraps 64 bits.
     ("read_request_to_wraps", lambda k: read_request(k["rkey"], (1 << 64) - 8, 16),
      (0, 1, 0x04), HDR_M | HDR_D | HDR_R),
-    # Untagged buffer model (RFC 5041 §7.2, WIRE.md rows 18-20): a queue that does not
+    # Untagged buffer model (RFC 5041 §7.1 checks 4-7, §7.2): a queue that does not
     # exist, an MSN beyond the posted receive, an MO the message has not reached, and a
     # Send longer than the 64-octet receive.
     ("send_invalid_qn", lambda k: untagged(3, 7, 1, 0, b"\xEE" * 16), (1, 2, 0x01),
@@ -457,7 +457,7 @@ def test_crc_errors_terminate_and_deliver_nothing(target):
 
 
 def test_send_without_a_posted_receive(target):
-    """A Send to a QP that posted no receive (RFC 5041 §7.1 check 6, WIRE.md row 19):
+    """A Send to a QP that posted no receive (RFC 5041 §7.1 check 6, §7.2):
     one TERMINATE, DDP untagged buffer, invalid MSN - no buffer (1/2/0x02), then the
     connection closes and the QP reports QP_FATAL."""
     report = target(1, "norecv")
@@ -518,7 +518,7 @@ def test_read_requests_beyond_ird(target):
 
 
 # (name, the Initiator's bytes, whether it closes its side after them): MPA Requests
-# RFC 5044 §7.1 / RFC 6581 §9 call improperly formatted (WIRE.md §4 rows 1 and 4).
+# RFC 5044 §7.1 / RFC 6581 §9 call improperly formatted.
 BAD_REQUESTS = [
     ("bad_key", mpa_frame(key=b"MPA ID Req Fram\x00"), False),
     ("reply_key", mpa_frame(key=b"MPA ID Rep Frame"), False),
