@@ -261,20 +261,15 @@ fn zero_length_messages() {
 /// MR does for all of kernel memory): nothing placed, RDMAP 0/2/0x06, with L=0 and L=1.
 #[test]
 fn unsolicited_read_response_places_nothing() {
+    let unexpected = cause_rdmap(RdmapError::RemoteOperation(
+        OperationError::UnexpectedOpcode,
+    ));
     for last in [false, true] {
         let mut b = plain(Config::RFC);
         b.push(&rresp(0x200, 0x2000, last), &[0xAA; 64]);
         b.push(&write(0x100, 0x1000, true), &[9; 8]);
         let (dec, o) = go(&b, IRD, &mut mem());
-        assert_term(
-            &o,
-            &b,
-            0,
-            cause_rdmap(RdmapError::RemoteOperation(
-                OperationError::UnexpectedOpcode,
-            )),
-            true,
-        );
+        assert_term(&o, &b, 0, unexpected, true);
         assert!(o.placed.is_empty(), "L={last}: {o:?}");
         assert!(o.events.is_empty());
         assert_eq!(dec.state(), RxState::Terminated);
@@ -283,15 +278,7 @@ fn unsolicited_read_response_places_nothing() {
     let mut b = plain(Config::RFC);
     b.push(&rresp(0, 0, true), &[]);
     let (_, o) = go(&b, IRD, &mut mem());
-    assert_term(
-        &o,
-        &b,
-        0,
-        cause_rdmap(RdmapError::RemoteOperation(
-            OperationError::UnexpectedOpcode,
-        )),
-        true,
-    );
+    assert_term(&o, &b, 0, unexpected, true);
     assert!(o.events.is_empty());
 }
 
