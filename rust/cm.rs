@@ -85,7 +85,7 @@ fn rtr_types() -> RtrSet {
 }
 
 /// The shortest MPA startup timeout (`mpa_timeout_ms` below it is raised to it).
-const MIN_MPA_TIMEOUT_MS: u32 = 100;
+pub(crate) const MIN_MPA_TIMEOUT_MS: u32 = 100;
 
 /// An armed timer of a CEP (MPA startup) or a connection (peer-to-peer RTR, TERMINATE
 /// deadline): dropping it cancels the timer (waiting for a running callback) and releases
@@ -109,6 +109,14 @@ where
             .max(MIN_MPA_TIMEOUT_MS);
         Self {
             _handle: this.start(Delta::from_millis(i64::from(ms))),
+        }
+    }
+
+    /// Starts `this`'s timer to fire in `ms` milliseconds (0: at once).
+    pub(crate) fn after(this: Arc<T>, ms: u64) -> Self {
+        let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        Self {
+            _handle: this.start(Delta::from_millis(ms)),
         }
     }
 }

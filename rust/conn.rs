@@ -37,19 +37,21 @@
 //!
 //! Atomics and Immediate Data (RFC 7306) are not negotiated.
 //!
-//! # Peer-to-peer RTR (RFC 6581 §5)
+//! # The session
 //!
-//! The Initiator sends the negotiated zero-length RTR message (Write, Read or Send) before
-//! anything else; the Responder holds its own FPDUs until the first FPDU arrived. A
-//! zero-length Send RTR (MSN 1 on QN 0) is taken by the Responder without a receive WQE
-//! and without a completion: it is a connection-setup message, not one for the ULP, whose
-//! receive WQEs stay for its own Sends (MSN 2 on).
+//! What the two directions must agree on (the ORQ and IRQ, ORD and the read fence, the
+//! peer-to-peer RTR exchange of RFC 6581 §5, TERMINATE-then-close) is the protocol core's
+//! [`Session`], under the receive lock: the receive half feeds it, the transmit half
+//! polls it for the next message ([`Session::poll_transmit`]) and for lifecycle events
+//! ([`Session::poll_event`]: the QP fails, the connection closes), and the connection's
+//! timer serves its deadlines ([`Session::poll_timeout`]: the peer-to-peer Responder's wait
+//! for the first FPDU, a TERMINATE the peer does not take).
 
 use crate::cm::Armed;
 use crate::device::Device;
 use crate::engine::ddp_tx::DdpTx;
-use crate::engine::rx_decoder::Decoder;
-use crate::engine::startup::{Negotiated, Role, SendGate};
+use crate::engine::session::{Close, Event, Session, SessionConfig};
+use crate::engine::startup::Negotiated;
 use crate::mem::MrRef;
 use crate::qp::Qp;
 use crate::sys::bindings as b;
@@ -58,16 +60,14 @@ use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::obj::PdId;
 use crate::sys::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
 use crate::sys::Live;
-use crate::wire::mpa::{MpaErrorCode, RtrType};
-use crate::wire::terminate::{TermCause, Terminate};
-use core::sync::atomic::{AtomicBool, Ordering};
+use crate::wire::terminate::TermCause;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, ArcBorrow, Mutex, SpinLockIrq};
 use kernel::time::hrtimer::{
     HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeMode,
 };
-use kernel::time::Monotonic;
+use kernel::time::{Instant, Monotonic};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use rx::{RxMsg, RxSide};
 use tx::{Fpdu, FpduBufs, JobKind, Payload};
@@ -138,32 +138,13 @@ struct Inner {
     id: Option<CmId<Device>>,
     pd: PdId,
     tx: DdpTx,
-    /// Nothing may be sent before the first FPDU arrived. RFC 5044 §7.1.2 rule 4 asks
-    /// this of a Responder without RTR, but ULPs whose server speaks first (perftest's
-    /// latency tests) then deadlock, and the Initiator's in-order stream processing makes
-    /// the hold-off unnecessary; like the C siw, rsiw's Responder sends at once (see
-    /// `Documentation/rsiw.rst`). In the peer-to-peer model (RFC 6581 §5) the Responder
-    /// does hold back until the Initiator's RTR message arrived.
-    gate_closed: bool,
-    /// Responder in the peer-to-peer model: armed while the gate is closed; if the RTR
-    /// has not arrived within `mpa_timeout_ms`, the connection ends with a TERMINATE.
-    rtr_timer: Option<Armed<Conn>>,
-    /// Armed once a TERMINATE of ours is pending (the QP is in ERROR already): if it has
-    /// not been queued within `mpa_timeout_ms` (a peer that stopped reading), the
-    /// connection closes without it. Never armed together with `rtr_timer` (one timer).
-    term_timer: Option<Armed<Conn>>,
-    /// Why the connection ends once the pending TERMINATE is out (or its deadline
-    /// passed).
-    terminating: Option<Reason>,
-    /// Initiator in the peer-to-peer model: the RTR message still to send, before
-    /// anything else.
-    rtr_pending: Option<RtrType>,
-    ord: u32,
+    /// The session deadline the timer is armed for (ms of [`Conn::now_ms`]), and the
+    /// armed timer.
+    timer: Option<(u64, Armed<Conn>)>,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<Fpdu>,
     /// The buffers of the last FPDU sent, for the next one.
     spare: FpduBufs,
-    pending_term: Option<Terminate>,
     /// The work item read what arrived before the data-ready callback was attached; from
     /// then on the callback reads everything.
     drained: bool,
@@ -184,12 +165,11 @@ pub(crate) struct Conn {
     rx: SpinLockIrq<RxSide>,
     #[pin]
     work: Work<Conn>,
-    /// The peer-to-peer RTR timer ([`Inner::rtr_timer`]) or the TERMINATE deadline
-    /// ([`Inner::term_timer`]).
+    /// Serves the session's deadline ([`Inner::timer`]).
     #[pin]
     timer: HrTimer<Conn>,
-    /// Set by the timer when it fired.
-    timer_fired: AtomicBool,
+    /// The session's clock starts here ([`Conn::now_ms`]).
+    epoch: Instant<Monotonic>,
     _live: Live,
 }
 
@@ -207,7 +187,7 @@ impl HrTimerCallback for Conn {
     type Pointer<'a> = Arc<Self>;
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
-        this.timer_fired.store(true, Ordering::Release);
+        // The work item hands the session the time (`Session::handle_timeout`).
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
@@ -240,70 +220,55 @@ impl Conn {
     ) -> Result<Arc<Self>> {
         let emss = sock.mss().max(140);
         let pd = qp.qp().pd();
-        let ird = ird.min(MAX_IRD_ORD);
-        let ord = ord.min(MAX_IRD_ORD);
-        let (ird_v, ord_v) = (ird, ord);
+        let timeout_ms = u64::from(
+            crate::module_parameters::mpa_timeout_ms
+                .value()
+                .max(crate::cm::MIN_MPA_TIMEOUT_MS),
+        );
+        let cfg = SessionConfig {
+            ird,
+            ord,
+            timeout_ms,
+        }
+        .capped();
+        let (ird, ord) = (cfg.ird, cfg.ord);
         let tx = DdpTx::for_connection(n, emss, false);
-        let responder = n.role == Role::Responder;
-        // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1).
-        let rx_ird = if responder && n.rtr == Some(RtrType::Read) {
-            ird.max(1)
-        } else {
-            ird
-        };
-        let dec = Decoder::for_negotiated(n, false, rx_ird);
         let reads_out = KVec::with_capacity(ord as usize, GFP_KERNEL)?;
-        let responses = KVec::with_capacity(rx_ird as usize, GFP_KERNEL)?;
         // The receive half's own reference, dropped when the connection closes.
         let rx_qp = qp.device().qp_ref(qp.qp().qpn()).ok_or(EINVAL)?;
-        let gate_closed = responder && n.p2p && n.send_gate == SendGate::AfterFirstRxFpdu;
-        let rtr_pending = match n.send_gate {
-            SendGate::RtrFirst(t) => Some(t),
-            _ => None,
-        };
         let conn = Arc::pin_init(
             pin_init!(Self {
-                ird: ird_v,
-                ord: ord_v,
+                ird,
+                ord,
                 inner <- new_mutex!(Inner {
                     qp: None,
                     sock: None,
                     id: None,
                     pd,
                     tx,
-                    gate_closed,
-                    rtr_timer: None,
-                    term_timer: None,
-                    terminating: None,
-                    rtr_pending,
-                    ord: ord_v,
+                    timer: None,
                     job: None,
                     fpdu: None,
                     spare: FpduBufs::new(),
-                    pending_term: None,
                     drained: false,
                     closed: false,
                 }),
                 rx <- new_spinlock_irq!(RxSide {
                     qp: Some(rx_qp),
                     pd,
-                    dec,
+                    // Started in place below (its rings do not go through the stack).
+                    session: Session::IDLE,
                     msg: None,
-                    rtr_read_out: false,
-                    rtr_send_in: responder && n.p2p && n.rtr == Some(RtrType::Send),
                     reads_out,
-                    responses,
-                    term: None,
-                    peer_terminated: false,
-                    fpdu_seen: false,
                 }, "rsiw_conn_rx"),
                 work <- new_work!("rsiw_conn"),
                 timer <- HrTimer::new(),
-                timer_fired: AtomicBool::new(false),
+                epoch: Instant::now(),
                 _live: Live::new(),
             }),
             GFP_KERNEL,
         )?;
+        conn.rx.lock().session.start(n, cfg, conn.now_ms());
         {
             let mut g = conn.inner.lock();
             Qp::attach_conn(qp.qp(), conn.clone())?;
@@ -322,9 +287,7 @@ impl Conn {
             g.sock = Some(sock);
             g.qp = Some(qp);
             g.id = Some(id);
-            if g.gate_closed {
-                g.rtr_timer = Some(Armed::start(conn.clone()));
-            }
+            Self::arm_timer(&conn, &mut g);
         }
         // Data may have arrived with or right after the MPA frames.
         conn.kick();
@@ -334,6 +297,26 @@ impl Conn {
     /// The connection's IRD and ORD (RDMA Read depths, inbound and outbound).
     pub(crate) fn ird_ord(&self) -> (u32, u32) {
         (self.ird, self.ord)
+    }
+
+    /// The session's clock: milliseconds since the connection was established.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(0)
+    }
+
+    /// Arms the timer for the session's next deadline, if it changed (a timer armed for
+    /// an earlier deadline is cancelled).
+    fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
+        let due = this.rx.lock().session.poll_timeout();
+        if g.timer.as_ref().map(|(d, _)| *d) == due {
+            return;
+        }
+        // Cancels the old timer (waiting for a running callback, which takes no lock).
+        g.timer = None;
+        if let Some(d) = due {
+            let ms = d.saturating_sub(this.now_ms());
+            g.timer = Some((d, Armed::after(this.clone(), ms)));
+        }
     }
 
     /// Queues the work item (kernel consumers' `post_send`, socket events).
@@ -374,8 +357,7 @@ impl Conn {
         }
         g.closed = true;
         // Releases the timer's reference to the connection.
-        g.rtr_timer = None;
-        g.term_timer = None;
+        g.timer = None;
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
         }
@@ -409,17 +391,15 @@ impl Conn {
         drop(rx_qp);
     }
 
-    /// A TERMINATE of ours is about to be sent (RFC 5040 §7.1): the QP enters ERROR now,
-    /// reporting `why`'s event, and the work requests the connection holds complete with
-    /// a flush error, so that a peer that stops reading cannot keep them unflushed. The
-    /// connection itself stays until the TERMINATE is queued or the deadline it arms
-    /// (`mpa_timeout_ms`) passed.
-    fn fail_qp(this: &Arc<Self>, g: &mut Inner, why: Reason) {
-        g.terminating = Some(why);
-        // One timer: the RTR gate is open once a TERMINATE is pending.
-        g.rtr_timer = None;
-        this.timer_fired.store(false, Ordering::Release);
-        g.term_timer = Some(Armed::start(this.clone()));
+    /// A TERMINATE of ours is due (RFC 5040 §7.1): the QP enters ERROR now, reporting
+    /// `why`'s event, the message being sent is abandoned, and the work requests the
+    /// connection holds complete with a flush error, so that a peer that stops reading
+    /// cannot keep them unflushed. The connection itself stays until the session closes
+    /// (the TERMINATE queued, or its deadline passed).
+    fn fail_qp(this: &Conn, g: &mut Inner, why: Reason) {
+        if g.job.is_some() {
+            g.tx.abort();
+        }
         let Some(qp) = g.qp.take() else { return };
         let (reads, msg) = {
             let mut r = this.rx.lock();
@@ -451,25 +431,29 @@ impl Conn {
         }
     }
 
-    /// Takes over what the receive half found for the transmit half: the first FPDU
-    /// opens the peer-to-peer Responder's gate, a protocol error becomes the TERMINATE to
-    /// send, and the peer's TERMINATE closes the connection.
-    fn sync_rx(this: &Conn, g: &mut Inner) {
-        let (seen, term, peer_term) = {
-            let mut r = this.rx.lock();
-            (r.fpdu_seen, r.term.take(), r.peer_terminated)
-        };
-        if seen && g.gate_closed {
-            g.gate_closed = false;
-            g.rtr_timer = None;
-        }
-        if let Some(t) = term {
-            g.gate_closed = false;
-            if g.pending_term.is_none() {
-                g.pending_term = Some(t);
+    /// Acts on the session's lifecycle events: the QP fails when our TERMINATE is due,
+    /// and the connection closes when the session did.
+    fn sync_session(this: &Conn, g: &mut Inner) {
+        while !g.closed {
+            let Some(ev) = this.rx.lock().session.poll_event() else {
+                return;
+            };
+            match ev {
+                Event::Failed(cause) => Self::fail_qp(this, g, Reason::of_terminate(&cause)),
+                Event::Closed(c) => {
+                    let why = match c {
+                        Close::PeerTerminated(_) => Reason::Terminated,
+                        Close::Terminated(cause) => Reason::of_terminate(&cause),
+                        Close::TerminateTimedOut(cause) => {
+                            if crate::sys::ratelimit() {
+                                pr_warn!("connection: TERMINATE not sent within mpa_timeout_ms, closing\n");
+                            }
+                            Reason::of_terminate(&cause)
+                        }
+                    };
+                    Self::close_locked(this, g, why);
+                }
             }
-        } else if peer_term {
-            Self::close_locked(this, g, Reason::Terminated);
         }
     }
 
@@ -486,32 +470,16 @@ impl Conn {
             }
             g.drained = true;
         }
-        Self::sync_rx(this, g);
-        if g.closed {
-            return;
-        }
-        if g.term_timer.is_some() && this.timer_fired.load(Ordering::Acquire) {
-            // The TERMINATE could not be queued in time: close without it.
-            if crate::sys::ratelimit() {
-                pr_warn!("connection: TERMINATE not sent within mpa_timeout_ms, closing\n");
-            }
-            let why = g.terminating.unwrap_or(Reason::Terminated);
-            Self::close_locked(this, g, why);
-            return;
-        }
-        if g.rtr_timer.is_some() && this.timer_fired.load(Ordering::Acquire) {
-            g.rtr_timer = None;
-            if g.gate_closed {
-                // RFC 6581 sets no deadline; a peer that never sends its RTR would hold
-                // the QP forever. Local catastrophic error (RFC 6581 §9.3), as WIRE.md
-                // recommends, then close.
-                if crate::sys::ratelimit() {
+        let now = this.now_ms();
+        {
+            let mut r = this.rx.lock();
+            if r.session.poll_timeout().is_some_and(|d| d <= now) {
+                if r.session.state() == crate::engine::session::SessionState::Active
+                    && crate::sys::ratelimit()
+                {
                     pr_warn!("connection: no peer-to-peer RTR within mpa_timeout_ms, sending TERMINATE\n");
                 }
-                g.gate_closed = false;
-                g.pending_term = Some(Terminate::new(TermCause::mpa(
-                    MpaErrorCode::LocalCatastrophic,
-                )));
+                r.session.handle_timeout(now);
             }
         }
         if Self::transmit(this, g, TX_BURST) {
@@ -520,12 +488,13 @@ impl Conn {
         if g.closed {
             return;
         }
+        Self::arm_timer(this, g);
         // `receive` consumed everything queued, so a FIN seen now follows all data.
         match g.sock.as_ref().map(|s| s.state()) {
             Some(tcp_state::ESTABLISHED) | None => {}
             Some(tcp_state::CLOSE_WAIT) => {
                 // The peer sent FIN; everything before it was processed above.
-                if !this.rx.lock().dec.at_fpdu_boundary() && crate::sys::ratelimit() {
+                if !this.rx.lock().session.decoder().at_fpdu_boundary() && crate::sys::ratelimit() {
                     pr_warn!("connection: peer closed inside an FPDU\n");
                 }
                 Self::close_locked(this, g, Reason::PeerClosed);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The receive half of a connection: the socket's data through the protocol core's
-//! [`Decoder`], payload placed from the socket buffers straight into registered memory,
-//! receives and Reads completed, Read Requests queued for the transmit half.
+//! [`Session`], payload placed from the socket buffers straight into registered memory
+//! where the session's decoder validated it, receives and Reads completed.
 //!
 //! It runs in the socket's data-ready callback ([`Conn::receive`] with `locked`): in
 //! softirq, or in the process context of whoever releases the socket lock (TCP then
@@ -14,11 +14,11 @@
 
 use super::{wc, Conn, Piece};
 use crate::device::{Device, Stat};
-use crate::engine::ddp_rx::{MemoryLookup, RxEvents, RxState};
-use crate::engine::rx_decoder::Decoder;
+use crate::engine::ddp_rx::MemoryLookup;
 use crate::engine::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
 };
+use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::mem::access_bits;
 use crate::qp::wqe::SendWqe;
@@ -28,11 +28,9 @@ use crate::sys::ibdev::QpRef;
 use crate::sys::kmem::crc32c_kva;
 use crate::sys::obj::PdId;
 use crate::sys::socket::{SkbChunk, SockOps};
-use crate::wire::rdmap::{
-    AtomicRequest, AtomicResponse, Opcode, OperationError, RdmapError, ReadRequest,
-};
-use crate::wire::terminate::{TermCause, Terminate};
-use core::cell::{Cell, RefCell};
+use crate::wire::rdmap::RdmapError;
+use crate::wire::terminate::TermCause;
+use core::cell::RefCell;
 use kernel::prelude::*;
 
 /// A receive WQE the message on QN 0 is being placed into.
@@ -50,40 +48,25 @@ pub(super) struct RxSide {
     /// still arrives is dropped).
     pub(super) qp: Option<QpRef<Device>>,
     pub(super) pd: PdId,
-    pub(super) dec: Decoder,
+    /// The RDMAP session: the transmit half polls it for what to send next.
+    pub(super) session: Session,
     pub(super) msg: Option<RxMsg>,
-    /// Initiator: the zero-length Read RTR is outstanding (its Read Response is the first
-    /// to arrive and completes nothing). Set by the transmit half before it sends the RTR.
-    pub(super) rtr_read_out: bool,
-    /// Responder: a zero-length Send RTR was negotiated and has not arrived yet.
-    pub(super) rtr_send_in: bool,
-    /// RDMA Reads whose Request the transmit half is sending or sent, oldest first; each
-    /// is entered before its Request reaches TCP, so its Response always finds it.
-    /// Capacity for ORD entries is reserved.
+    /// The WQEs of the ULP's RDMA Reads the session admitted (its ORQ holds their sinks,
+    /// in the same order), oldest first. Capacity for ORD entries is reserved.
     pub(super) reads_out: KVec<SendWqe>,
-    /// Read Requests received, to be answered by the transmit half in order. Capacity for
-    /// IRD entries is reserved (the decoder enforces IRD).
-    pub(super) responses: KVec<ReadRequest>,
-    /// For the transmit half: the TERMINATE the decoder asks for (RFC 5040 §5.2).
-    pub(super) term: Option<Terminate>,
-    /// For the transmit half: the peer sent TERMINATE; the connection closes.
-    pub(super) peer_terminated: bool,
-    /// For the transmit half: an FPDU arrived (opens the peer-to-peer Responder's gate).
-    pub(super) fpdu_seen: bool,
 }
 
 impl Conn {
-    /// Feeds what the socket holds to the RX decoder, chunk by chunk, each under the
-    /// receive lock. `locked`: called from the socket's data-ready callback (the socket
-    /// is locked by the receive path); otherwise the socket is locked here, which may
-    /// sleep. Returns whether the transmit half has new work: Read Requests to answer, a
-    /// completed Read (ORD or a read fence may let the SQ go on), a TERMINATE to send or
-    /// received, or the first FPDU (peer-to-peer gate).
+    /// Feeds what the socket holds to the session, chunk by chunk, each under the receive
+    /// lock. `locked`: called from the socket's data-ready callback (the socket is locked
+    /// by the receive path); otherwise the socket is locked here, which may sleep. Returns
+    /// whether the transmit half has new work (see [`Session::handle_rx`]).
     pub(super) fn receive(&self, sock: &SockOps, locked: bool) -> bool {
         let mut wake = false;
+        let now = self.now_ms();
         let _ = sock.read(locked, |chunk| {
             let mut r = self.rx.lock();
-            wake |= r.process(chunk);
+            wake |= r.process(chunk, now);
             chunk.len()
         });
         wake
@@ -91,83 +74,58 @@ impl Conn {
 }
 
 impl RxSide {
-    /// Processes one chunk of the stream (all of it: after an error the decoder discards
-    /// input); returns whether the transmit half has new work (see [`Conn::receive`]).
-    fn process(&mut self, chunk: &SkbChunk<'_>) -> bool {
+    /// Processes one chunk of the stream at time `now` (ms; all of it: after an error the
+    /// session discards input); returns whether the transmit half has new work.
+    fn process(&mut self, chunk: &SkbChunk<'_>, now: u64) -> bool {
         let RxSide {
             qp: Some(qp),
             pd,
-            dec,
+            session,
             msg,
-            rtr_read_out,
-            rtr_send_in,
             reads_out,
-            responses,
-            term,
-            peer_terminated,
-            fpdu_seen,
         } = self
         else {
             return false;
         };
-        let before = dec.mpa().fpdus();
-        let (reads_before, responses_before, rtr_read_before) =
-            (reads_out.len(), responses.len(), *rtr_read_out);
-        let (result, terminated, rtr_read, rtr_send, cur) = {
+        let before = session.decoder().mpa().fpdus();
+        let (wake, cur) = {
             let ctx = RxCtx {
                 qp,
                 pd: *pd,
                 msg: RefCell::new(msg.take()),
                 reads_out: RefCell::new(&mut *reads_out),
-                responses: RefCell::new(&mut *responses),
-                rtr_read: Cell::new(*rtr_read_out),
-                rtr_send: Cell::new(*rtr_send_in),
-                terminated: Cell::new(false),
             };
             let mut s = ChunkStream {
                 chunk,
                 pos: 0,
                 ctx: &ctx,
             };
-            let result = dec.process(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx));
-            (
-                result,
-                ctx.terminated.get(),
-                ctx.rtr_read.get(),
-                ctx.rtr_send.get(),
-                ctx.msg.into_inner(),
-            )
+            let wake = session.handle_rx(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx), now);
+            (wake, ctx.msg.into_inner())
         };
-        let peer_term = terminated || dec.state() == RxState::PeerTerminated;
-        *rtr_read_out = rtr_read;
-        *rtr_send_in = rtr_send;
         *msg = cur;
-        let fpdus = dec.mpa().fpdus().wrapping_sub(before);
+        let fpdus = session.decoder().mpa().fpdus().wrapping_sub(before);
         let dev = qp.device();
         dev.count(Stat::RxOctets, chunk.len() as u64);
         dev.count(Stat::RxFpdus, fpdus);
-        let mut wake = reads_out.len() < reads_before
-            || responses.len() > responses_before
-            || (rtr_read_before && !*rtr_read_out);
-        if fpdus != 0 && !*fpdu_seen {
-            *fpdu_seen = true;
-            wake = true;
-        }
-        if let Err(t) = result {
-            if term.is_none() {
-                if crate::sys::ratelimit() {
-                    pr_warn!("connection: protocol error, sending TERMINATE ({:?})\n", t);
+        if wake {
+            match session.state() {
+                SessionState::TerminateDue { term, .. } => {
+                    if crate::sys::ratelimit() {
+                        pr_warn!(
+                            "connection: protocol error, sending TERMINATE ({:?})\n",
+                            term
+                        );
+                    }
                 }
-                *term = Some(t);
+                SessionState::Closed(Close::PeerTerminated(t)) => {
+                    if crate::sys::ratelimit() {
+                        pr_warn!("connection: the peer sent TERMINATE ({:?})\n", t);
+                    }
+                    dev.count(Stat::TerminateReceived, 1);
+                }
+                _ => {}
             }
-            wake = true;
-        } else if peer_term && !*peer_terminated {
-            if crate::sys::ratelimit() {
-                pr_warn!("connection: the peer sent TERMINATE\n");
-            }
-            dev.count(Stat::TerminateReceived, 1);
-            *peer_terminated = true;
-            wake = true;
         }
         wake
     }
@@ -180,12 +138,6 @@ struct RxCtx<'a> {
     pd: PdId,
     msg: RefCell<Option<RxMsg>>,
     reads_out: RefCell<&'a mut KVec<SendWqe>>,
-    responses: RefCell<&'a mut KVec<ReadRequest>>,
-    /// The zero-length Read RTR is outstanding (see `RxSide::rtr_read_out`).
-    rtr_read: Cell<bool>,
-    /// The zero-length Send RTR is still expected (see `RxSide::rtr_send_in`).
-    rtr_send: Cell<bool>,
-    terminated: Cell<bool>,
 }
 
 impl RxCtx<'_> {
@@ -317,8 +269,6 @@ impl MemoryLookup for RxMem<'_, '_> {
         len: u32,
         access: Access,
     ) -> Result<(), TaggedCheck> {
-        // A tagged first FPDU: whatever the Initiator sent, it was not the Send RTR.
-        self.0.rtr_send.set(false);
         self.0
             .qp
             .device()
@@ -335,15 +285,6 @@ impl MemoryLookup for RxMem<'_, '_> {
     ) -> Result<(), UntaggedCheck> {
         if qn != 0 {
             return Err(UntaggedCheck::NoBuffer);
-        }
-        if self.0.rtr_send.get() {
-            if self.0.is_send_rtr(msn, mo, len) {
-                // Completed by `message_done` without a receive WQE.
-                return Ok(());
-            }
-            // The first message is not the negotiated RTR: it is the ULP's (RFC 6581
-            // does not say more; like the C siw, rsiw takes it as it comes).
-            self.0.rtr_send.set(false);
         }
         // Never borrowed twice (the decoder calls one hook at a time); `try_borrow_mut`
         // keeps the panic path out of the RX path all the same.
@@ -384,12 +325,6 @@ impl MemoryLookup for RxMem<'_, '_> {
 }
 
 impl RxCtx<'_> {
-    /// Whether an untagged segment (QN 0) at `msn`/`mo` of `len` octets is the zero-length
-    /// Send RTR: the first Send (MSN 1, RFC 5041 §5.1), empty and in one segment.
-    fn is_send_rtr(&self, msn: u32, mo: u32, len: u32) -> bool {
-        msn == 1 && mo == 0 && len == 0
-    }
-
     /// Takes the next receive WQE for message `msn` and resolves its SGEs for local write.
     fn take_rqe(&self, msn: u32) -> Result<RxMsg, UntaggedCheck> {
         let qp = self.qp.qp();
@@ -434,32 +369,16 @@ impl RxCtx<'_> {
     }
 }
 
-/// The decoder's completions and requests.
+/// The session's completions.
 struct RxEv<'a, 'x>(&'a RxCtx<'x>);
 
-impl RxEvents for RxEv<'_, '_> {
-    fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
-        let qp = self.0.qp.qp();
-        if self.0.rtr_send.get() {
-            self.0.rtr_send.set(false);
-            if self.0.is_send_rtr(msg.msn, 0, msg.len) {
-                // The Send RTR (see `check_untagged`): nothing to complete. An Invalidate
-                // variant was checked by `check_invalidate` and is honoured.
-                if let Some(stag) = msg.inval_stag {
-                    let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
-                }
-                return Ok(());
-            }
-        }
+impl SessionEvents for RxEv<'_, '_> {
+    fn recv_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
         let Some(m) = self.0.msg.try_borrow_mut().ok().and_then(|mut m| m.take()) else {
             return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
         };
-        if let Some(stag) = msg.inval_stag {
-            // Accepted by `check_invalidate`; a concurrent local invalidation wins.
-            let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
-        }
         Qp::complete_recv(
-            qp,
+            self.0.qp.qp(),
             m.id,
             wc(b::siw_wc_status_SIW_WC_SUCCESS),
             msg.len,
@@ -469,17 +388,9 @@ impl RxEvents for RxEv<'_, '_> {
         Ok(())
     }
 
-    fn tagged_done(&mut self, done: &TaggedDone) -> Result<(), TermCause> {
-        if done.opcode != Opcode::ReadResponse {
-            return Ok(());
-        }
-        if self.0.rtr_read.get() {
-            // The answer to the RTR, sent before any ULP Read (RFC 6581 §5).
-            self.0.rtr_read.set(false);
-            return Ok(());
-        }
-        // The engine matched the Response to the oldest outstanding Read of its ORQ, which
-        // holds the same Reads in the same order as `reads_out`.
+    fn read_done(&mut self, done: &TaggedDone) -> Result<(), TermCause> {
+        // The session completed the oldest outstanding Read of the ULP, whose WQE is the
+        // oldest in `reads_out` (same Reads, same order).
         let mut reads = self
             .0
             .reads_out
@@ -503,31 +414,8 @@ impl RxEvents for RxEv<'_, '_> {
         Ok(())
     }
 
-    fn read_request(&mut self, req: &ReadRequest) -> Result<(), TermCause> {
-        self.0.rtr_send.set(false);
-        // The decoder enforces IRD; capacity for IRD requests was reserved.
-        self.0
-            .responses
-            .try_borrow_mut()
-            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?
-            .push(*req, GFP_ATOMIC)
-            .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))
-    }
-
-    fn atomic_request(&mut self, _req: &AtomicRequest) -> Result<(), TermCause> {
-        // Not reached: the decoder runs without RFC 7306 opcodes.
-        Err(TermCause::rdmap(RdmapError::RemoteOperation(
-            OperationError::UnexpectedOpcode,
-        )))
-    }
-
-    fn atomic_response(&mut self, _resp: &AtomicResponse) -> Result<(), TermCause> {
-        Err(TermCause::rdmap(RdmapError::RemoteOperation(
-            OperationError::UnexpectedOpcode,
-        )))
-    }
-
-    fn terminate_received(&mut self, _term: Option<&Terminate>) {
-        self.0.terminated.set(true);
+    fn invalidate(&mut self, stag: u32) {
+        // Accepted by `check_invalidate`; a concurrent local invalidation wins.
+        let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
     }
 }

@@ -9,6 +9,7 @@ use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::{Access, TaggedCheck};
+use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::engine::stream::TxSink;
 use crate::mem::{access_bits, MrRef};
 use crate::qp::wqe::SendWqe;
@@ -19,8 +20,8 @@ use crate::sys::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::obj::PdId;
 use crate::sys::socket::SockOps;
 use crate::wire::mpa::RtrType;
-use crate::wire::rdmap::{RdmapError, ReadRequest};
-use crate::wire::terminate::{TermCause, Terminate};
+use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
+use crate::wire::terminate::TermCause;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -49,8 +50,8 @@ pub(super) enum JobKind {
     /// A Read Response; it frees its IRD slot just before its last FPDU is queued (the
     /// peer may send its next Read Request as soon as that arrived).
     ReadResponse,
-    /// A TERMINATE with its cause: the connection closes once it is queued.
-    Terminate(TermCause),
+    /// Our TERMINATE: the session closes once it is queued.
+    Terminate,
     /// The peer-to-peer model's zero-length RTR message (RFC 6581 §5), sent first.
     Rtr,
 }
@@ -168,7 +169,7 @@ impl Fpdu {
 impl Conn {
     /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
     pub(super) fn transmit(this: &Arc<Conn>, g: &mut Inner, mut budget: u32) -> bool {
-        Self::sync_rx(this, g);
+        Self::sync_session(this, g);
         loop {
             if g.closed {
                 return false;
@@ -187,10 +188,11 @@ impl Conn {
             if budget == 0 {
                 return true;
             }
-            if let Some(t) = g.pending_term.take() {
-                g.tx.abort();
-                if let Some(qp) = g.qp.as_ref() {
-                    if let Some((JobKind::Sqe(w), _)) = g.job.take() {
+            if g.job.is_some() && this.terminate_due() {
+                // RFC 5040 §7.1: the TERMINATE goes before the rest of the message.
+                Self::sync_session(this, g);
+                if let Some((JobKind::Sqe(w), _)) = g.job.take() {
+                    if let Some(qp) = g.qp.as_ref() {
                         let _ = Qp::complete_sqe(
                             qp.qp(),
                             &w,
@@ -200,20 +202,19 @@ impl Conn {
                     }
                 }
                 g.job = None;
-                let cause = t.cause;
-                Self::fail_qp(this, g, Reason::of_terminate(&cause));
-                if g.tx.start(Message::Terminate(t)).is_err() {
-                    Self::close_locked(this, g, Reason::of_terminate(&cause));
-                    return false;
-                }
-                g.job = Some((JobKind::Terminate(cause), Payload::None));
+                g.tx.abort();
             }
             if g.job.is_none() {
                 if !Self::next_job(this, g) {
                     return false;
                 }
+                Self::sync_session(this, g);
+                if g.closed {
+                    return false;
+                }
                 if g.job.is_none() {
-                    // A local operation (LOCAL_INV, REG_MR) completed.
+                    // A local operation (LOCAL_INV, REG_MR) completed, or a local error
+                    // made the TERMINATE due.
                     budget -= 1;
                     continue;
                 }
@@ -227,6 +228,20 @@ impl Conn {
                 return false;
             }
         }
+    }
+
+    /// Whether the session has a TERMINATE due that the message in progress must yield to.
+    fn terminate_due(&self) -> bool {
+        matches!(
+            self.rx.lock().session.state(),
+            SessionState::TerminateDue { .. }
+        )
+    }
+
+    /// A local error at the transmit side: the session's TERMINATE becomes due.
+    fn fail_session(&self, cause: TermCause) {
+        let now = self.now_ms();
+        self.rx.lock().session.fail(cause, now);
     }
 
     /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
@@ -308,193 +323,97 @@ impl Conn {
                 let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
             }
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
-            JobKind::Terminate(cause) => {
+            JobKind::Terminate => {
                 qp.device().count(Stat::TerminateSent, 1);
-                Self::close_locked(this, g, Reason::of_terminate(&cause))
+                this.rx.lock().session.terminate_sent();
+                Self::sync_session(this, g);
             }
         }
     }
 
-    /// Starts the next message: a queued Read Response first (RFC 5040 §5.5: responses
-    /// are not held back by the SQ), then the SQ head. Returns `false` if there is nothing
-    /// to send now.
+    /// Starts the next message the session asks for ([`Transmit`]: our TERMINATE, the
+    /// RTR, a Read Response, or the SQ head if the session admits it). Returns `false` if
+    /// there is nothing to send now.
     fn next_job(this: &Conn, g: &mut Inner) -> bool {
-        if g.gate_closed {
+        let Some(t) = this.rx.lock().session.poll_transmit() else {
             return false;
-        }
-        if let Some(t) = g.rtr_pending.take() {
-            // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message. Its
-            // STags are not looked at by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
-            let msg = match t {
-                RtrType::Write => Message::Write {
-                    stag: 0,
-                    to: 0,
-                    len: 0,
-                },
-                RtrType::Read => {
-                    // Before the Request can reach TCP (see `JobKind::Read`): its
-                    // zero-length Response is the first the ORQ accepts.
-                    let mut r = this.rx.lock();
-                    if r.dec.post_read(ReadSink::default()).is_err() {
-                        // Not reached: the ORQ is empty before the RTR.
-                        drop(r);
-                        g.pending_term = Some(Terminate::new(TermCause::rdmap(
-                            RdmapError::LocalCatastrophic,
-                        )));
-                        return true;
-                    }
-                    r.rtr_read_out = true;
-                    drop(r);
-                    Message::ReadRequest(ReadRequest {
+        };
+        let (msg, job) = match t {
+            Transmit::Terminate(t) => {
+                g.tx.abort();
+                if g.tx.start(Message::Terminate(t)).is_err() {
+                    // Not reached (a TERMINATE always fits); close without it.
+                    this.rx.lock().session.terminate_sent();
+                    return true;
+                }
+                g.job = Some((JobKind::Terminate, Payload::None));
+                return true;
+            }
+            Transmit::Rtr(t) => {
+                // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message
+                // (a Read RTR's sink is in the ORQ already). Its STags are not looked at
+                // by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
+                let rtr = match t {
+                    RtrType::Write => Message::Write {
+                        stag: 0,
+                        to: 0,
+                        len: 0,
+                    },
+                    RtrType::Read => Message::ReadRequest(ReadRequest {
                         sink_stag: 0,
                         sink_to: 0,
                         size: 0,
                         src_stag: 0,
                         src_to: 0,
-                    })
-                }
-                RtrType::Send => Message::Send {
-                    solicited: false,
-                    invalidate: None,
-                    len: 0,
-                },
-            };
-            if g.tx.start(msg).is_err() {
-                g.pending_term = Some(Terminate::new(TermCause::rdmap(
-                    RdmapError::LocalCatastrophic,
-                )));
-                return true;
+                    }),
+                    RtrType::Send => Message::Send {
+                        solicited: false,
+                        invalidate: None,
+                        len: 0,
+                    },
+                };
+                (rtr, (JobKind::Rtr, Payload::None))
             }
-            g.job = Some((JobKind::Rtr, Payload::None));
-            return true;
-        }
-        let Some(qp) = g.qp.as_ref() else {
-            return false;
-        };
-        let (req, reads_out, rtr_read_out) = {
-            let mut r = this.rx.lock();
-            let req = if r.responses.is_empty() {
-                None
-            } else {
-                r.responses.remove(0).ok()
-            };
-            (req, r.reads_out.len(), r.rtr_read_out)
-        };
-        if let Some(req) = req {
-            let payload = if req.size == 0 {
-                Payload::None
-            } else {
-                match resolve_range(
-                    qp,
-                    g.pd,
-                    req.src_stag,
-                    req.src_to,
-                    req.size,
-                    access_bits(Access::RemoteRead),
-                ) {
-                    Ok(p) => p,
-                    Err(_) => {
-                        // Checked when the request arrived; the region went away since.
-                        g.pending_term = Some(Terminate::new(TermCause::rdmap(
-                            RdmapError::RemoteProtection(
-                                crate::wire::rdmap::ProtectionError::InvalidStag,
-                            ),
-                        )));
-                        return true;
-                    }
-                }
-            };
-            let msg = Message::ReadResponse {
-                stag: req.sink_stag,
-                to: req.sink_to,
-                len: req.size,
-            };
-            if g.tx.start(msg).is_err() {
-                g.pending_term = Some(Terminate::new(TermCause::rdmap(
-                    RdmapError::LocalCatastrophic,
-                )));
-                return true;
-            }
-            g.job = Some((JobKind::ReadResponse, payload));
-            return true;
-        }
-        let w = match Qp::next_sqe(qp.qp()) {
-            None => return false,
-            Some(Ok(w)) => w,
-            Some(Err(bad)) => {
-                let _ = Qp::fail_sqe(qp.qp(), &bad);
-                Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
-                return false;
-            }
-        };
-        let op = u32::from(w.opcode);
-        let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
-        if is_read && g.ord == 0 {
-            // No outbound Read may ever be outstanding: fail the WR instead of stalling.
-            if crate::sys::ratelimit() {
-                pr_warn!("QP {}: RDMA Read posted with ORD 0\n", qp.qp().qpn());
-            }
-            let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR), 0);
-            Qp::enter_error(qp.qp(), None);
-            return false;
-        }
-        if (w.flags & READ_FENCE != 0 && reads_out != 0)
-            || (is_read && reads_out as u32 + u32::from(rtr_read_out) >= g.ord)
-        {
-            // Resumed when a Read Response completes an outstanding Read.
-            return false;
-        }
-        if op == b::siw_opcode_SIW_OP_INVAL_STAG || op == b::siw_opcode_SIW_OP_REG_MR {
-            // Local operations: executed in SQ order, nothing goes on the wire.
-            return Self::local_op(g.pd, qp, &w);
-        }
-        let started = Self::start_sqe(&mut g.tx, g.pd, qp, &w, is_read);
-        match started {
-            Ok(job) => {
-                if let (true, [sge]) = (matches!(job.0, JobKind::Read), w.sges()) {
-                    // The WQE leaves the SQ for the outstanding Reads now, and its sink
-                    // enters the protocol core's ORQ, before its Request can reach the
-                    // peer (see `JobKind::Read`): only that sink can take its Response.
-                    // Capacity for `ord` entries was reserved, and a Read starts only
-                    // below `ord` (at most `MAX_IRD_ORD`, within the ORQ's capacity).
-                    let sink = ReadSink {
-                        stag: sge.lkey,
-                        to: sge.laddr,
-                        len: sge.length,
-                    };
-                    if Qp::release_sqe(qp.qp(), w.slot).is_err() {
-                        // A flush completed it already: the QP is in ERROR.
-                        g.tx.abort();
-                        return false;
-                    }
-                    let mut r = this.rx.lock();
-                    if r.dec.post_read(sink).is_err() {
-                        // Not reached (see above; `start_sqe` checked the sink's range).
-                        drop(r);
-                        g.tx.abort();
-                        let _ = Qp::complete_sqe(
-                            qp.qp(),
-                            &w,
-                            wc(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR),
-                            0,
-                        );
-                        Qp::enter_error(qp.qp(), None);
-                        return false;
-                    }
-                    let _ = r.reads_out.push(w, GFP_ATOMIC);
-                }
-                g.job = Some(job);
-                true
-            }
-            Err(status) => {
+            Transmit::ReadResponse(req) => {
                 let Some(qp) = g.qp.as_ref() else {
                     return false;
                 };
-                let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
-                Qp::enter_error(qp.qp(), None);
-                false
+                let payload = if req.size == 0 {
+                    Payload::None
+                } else {
+                    match resolve_range(
+                        qp,
+                        g.pd,
+                        req.src_stag,
+                        req.src_to,
+                        req.size,
+                        access_bits(Access::RemoteRead),
+                    ) {
+                        Ok(p) => p,
+                        Err(_) => {
+                            // Checked when the Request arrived; the region went away since.
+                            this.fail_session(TermCause::rdmap(RdmapError::RemoteProtection(
+                                ProtectionError::InvalidStag,
+                            )));
+                            return true;
+                        }
+                    }
+                };
+                let resp = Message::ReadResponse {
+                    stag: req.sink_stag,
+                    to: req.sink_to,
+                    len: req.size,
+                };
+                (resp, (JobKind::ReadResponse, payload))
             }
+            Transmit::SendQueue => return Self::next_sqe(this, g),
+        };
+        if g.tx.start(msg).is_err() {
+            this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
+            return true;
         }
+        g.job = Some(job);
+        true
     }
 
     /// Executes a LOCAL_INV (`SIW_OP_INVAL_STAG`) or REG_MR SQE of a kernel QP and
@@ -539,37 +458,104 @@ impl Conn {
         true
     }
 
-    /// Starts the message for SQE `w`; on failure returns the `SIW_WC_*` status.
+    /// Starts the SQ head if the session admits it (RFC 5040 §5.2 ORD and the read
+    /// fence): an RDMA Read's sink enters the session's ORQ and its WQE `reads_out` before
+    /// the Request can reach the peer; other WQEs are sent or, for LOCAL_INV and REG_MR,
+    /// executed. Returns `false` if nothing was started.
+    fn next_sqe(this: &Conn, g: &mut Inner) -> bool {
+        let Some(qp) = g.qp.as_ref() else {
+            return false;
+        };
+        let w = match Qp::next_sqe(qp.qp()) {
+            None => return false,
+            Some(Ok(w)) => w,
+            Some(Err(bad)) => {
+                let _ = Qp::fail_sqe(qp.qp(), &bad);
+                Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
+                return false;
+            }
+        };
+        let op = u32::from(w.opcode);
+        let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
+        let fail = |status: u32| {
+            let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
+            Qp::enter_error(qp.qp(), None);
+            false
+        };
+        // A Read's sink is checked before the session admits it: every ORQ entry has its
+        // Request sent.
+        let read = if is_read {
+            match read_sink(g.pd, qp, &w) {
+                Ok(s) => Some(s),
+                Err(status) => return fail(status),
+            }
+        } else {
+            None
+        };
+        let head = SqHead {
+            fenced: w.flags & READ_FENCE != 0,
+            read,
+        };
+        let admit = this.rx.lock().session.admit(&head);
+        match admit {
+            // Resumed when a Read Response completes an outstanding Read.
+            Admit::Wait => return false,
+            Admit::Refuse => {
+                if crate::sys::ratelimit() {
+                    pr_warn!(
+                        "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
+                        qp.qp().qpn()
+                    );
+                }
+                return fail(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+            }
+            Admit::Go => {}
+        }
+        if op == b::siw_opcode_SIW_OP_INVAL_STAG || op == b::siw_opcode_SIW_OP_REG_MR {
+            // Local operations: executed in SQ order, nothing goes on the wire.
+            return Self::local_op(g.pd, qp, &w);
+        }
+        if let Some(sink) = read {
+            let req = ReadRequest {
+                sink_stag: sink.stag,
+                sink_to: sink.to,
+                size: sink.len,
+                src_stag: w.rkey,
+                src_to: w.raddr,
+            };
+            if g.tx.start(Message::ReadRequest(req)).is_err() {
+                // Not reached (a Read Request always fits); the sink is in the ORQ.
+                this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
+                return true;
+            }
+            if Qp::release_sqe(qp.qp(), w.slot).is_err() {
+                // A flush completed it already: the QP is in ERROR.
+                g.tx.abort();
+                return false;
+            }
+            // Within the capacity reserved for ORD entries (the session admits no more).
+            let _ = this.rx.lock().reads_out.push(w, GFP_ATOMIC);
+            g.job = Some((JobKind::Read, Payload::None));
+            return true;
+        }
+        match Self::start_sqe(&mut g.tx, g.pd, qp, &w) {
+            Ok(job) => {
+                g.job = Some(job);
+                true
+            }
+            Err(status) => fail(status),
+        }
+    }
+
+    /// Starts the message for SQE `w` (a Send variant or an RDMA Write); on failure
+    /// returns the `SIW_WC_*` status.
     fn start_sqe(
         tx: &mut DdpTx,
         pd: PdId,
         qp: &QpRef<Device>,
         w: &SendWqe,
-        is_read: bool,
     ) -> Result<(JobKind, Payload), u32> {
         let op = u32::from(w.opcode);
-        if is_read {
-            // The Data Sink is a single local STag (RFC 5040 §4.4).
-            let [sge] = w.sges() else {
-                return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
-            };
-            let need = access_bits(Access::LocalWrite);
-            if sge.length > 0 {
-                qp.device()
-                    .lookup_stag(sge.lkey, pd, need, sge.laddr, u64::from(sge.length))
-                    .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
-            }
-            let req = ReadRequest {
-                sink_stag: sge.lkey,
-                sink_to: sge.laddr,
-                size: sge.length,
-                src_stag: w.rkey,
-                src_to: w.raddr,
-            };
-            tx.start(Message::ReadRequest(req))
-                .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
-            return Ok((JobKind::Read, Payload::None));
-        }
         let payload = match w.inline_data() {
             Some(d) => {
                 let mut buf = [0u8; MAX_INLINE as usize];
@@ -655,7 +641,7 @@ impl Conn {
         let bufs = sink.bufs;
         if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
-            this.rx.lock().dec.release_ird();
+            this.rx.lock().session.read_response_sent();
         }
         g.fpdu = Some(Fpdu {
             bufs,
@@ -666,6 +652,30 @@ impl Conn {
         });
         Ok(())
     }
+}
+
+/// The Data Sink of RDMA Read SQE `w`: a single local SGE (RFC 5040 §4.4) granting local
+/// write over its range; otherwise the `SIW_WC_*` status to complete it with.
+fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, u32> {
+    let [sge] = w.sges() else {
+        return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+    };
+    if sge.length > 0 {
+        qp.device()
+            .lookup_stag(
+                sge.lkey,
+                pd,
+                access_bits(Access::LocalWrite),
+                sge.laddr,
+                u64::from(sge.length),
+            )
+            .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+    }
+    Ok(ReadSink {
+        stag: sge.lkey,
+        to: sge.laddr,
+        len: sge.length,
+    })
 }
 
 /// Resolves `len` octets at `to` of `stag` for a Read Response's payload.

@@ -226,6 +226,12 @@ impl DdpRx {
         }
     }
 
+    /// Starts the receiver over in place with `cfg`, as [`DdpRx::new`] would build it
+    /// (the ORQ emptied).
+    pub fn restart(&mut self, cfg: DdpConfig) {
+        *self = DdpRx::new(cfg);
+    }
+
     /// The configuration in use.
     pub const fn config(&self) -> &DdpConfig {
         &self.cfg

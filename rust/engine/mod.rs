@@ -14,5 +14,6 @@ pub mod mpa_tx;
 pub mod orq;
 pub mod rx_decoder;
 pub mod rx_shell;
+pub mod session;
 pub mod startup;
 pub mod stream;

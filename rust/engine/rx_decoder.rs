@@ -51,6 +51,13 @@ impl Decoder {
         )
     }
 
+    /// Starts the decoder over in place with deframing parameters `mpa` and DDP parameters
+    /// `ddp`, as [`Decoder::new`] would build it.
+    pub fn restart(&mut self, mpa: RxConfig, ddp: DdpConfig) {
+        self.mpa = MpaRx::new(mpa);
+        self.ddp.restart(ddp);
+    }
+
     /// A decoder from a deframer and a receiver set up separately (for example resumed at
     /// a stream offset, [`MpaRx::at_stream_offset`], or with [`DdpRx::set_expected_msn`]).
     pub const fn from_parts(mpa: MpaRx, ddp: DdpRx) -> Self {
@@ -85,6 +92,12 @@ impl Decoder {
     /// As [`DdpRx::post_read`].
     pub fn post_read(&mut self, sink: ReadSink) -> Result<(), PushError> {
         self.ddp.post_read(sink)
+    }
+
+    /// Stops the decoder for an error found outside it (see [`DdpRx::fail`]): from then
+    /// on it discards everything.
+    pub fn fail(&mut self) {
+        self.ddp.fail();
     }
 
     /// See [`DdpRx::release_ird`].
