@@ -340,6 +340,10 @@ impl Conn {
         if Self::transmit(self, &mut g, DOORBELL_BURST) {
             self.kick();
         }
+        if !g.closed {
+            // A local error may have made a TERMINATE due, with its deadline.
+            Self::arm_timer(self, &mut g);
+        }
     }
 
     /// Closes the connection from the consumer's side (disconnect or QP destroy):
