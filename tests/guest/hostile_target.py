@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The rsiw end of test_hostile.py: a pyverbs server that accepts N connections one after
-the other and reports, for each, what the peer's FPDUs did to its memory.
+"""The rsiw end of test_hostile.py: a pyverbs consumer that makes N connections one after
+the other, as Responder (`listen`: accepts them on ADDR:PORT) or as Initiator (`connect`:
+connects to the hostile peer listening on ADDR:PORT), and reports, for each, what the
+peer's FPDUs did to its memory.
 
-    hostile_target.py ADDR PORT N [read|flood|norecv]
+    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv]
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
@@ -10,7 +12,7 @@ access, one with remote read access only (and local write, as a Read's sink need
 PD of its own (not the connection's) it registers one more page with remote read and write
 access, an STag the peer must not reach. It posts one receive of 64 octets, prints one JSON
 line with the middle page's address, the two rkeys, the region's lkey and the other PD's
-page (`faddr`, `fkey`), and accepts. With `read` it then posts one RDMA Read of
+page (`faddr`, `fkey`), and accepts (or connects). With `read` it then posts one RDMA Read of
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
 through the remote-read MR, and waits for its completion. With `flood` it then posts
 FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
@@ -73,14 +75,14 @@ def async_events(ctx, wait):
     return kinds
 
 
-def serve_one(listener, mode):
-    cid = listener.get_request()
+def serve_one(cid, ctx, mode, go):
+    """One connection on `cid` (device context `ctx`), established by `go(param)`."""
     region = MR(cid.pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
     region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
     middle = region.buf + PAGE
     wr = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=middle)
     ro = MR(cid.pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
-    other_pd = PD(listener.context)
+    other_pd = PD(ctx)
     foreign = MR(other_pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
                  | e.IBV_ACCESS_REMOTE_READ)
     foreign.write(bytes([FILL]) * PAGE, PAGE)
@@ -90,7 +92,7 @@ def serve_one(listener, mode):
     print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey,
                       "lkey": region.lkey, "faddr": foreign.buf, "fkey": foreign.rkey}),
           flush=True)
-    cid.accept(ConnParam(resources=1, depth=1))
+    go(ConnParam(resources=1, depth=1))
     read_wc = None
     flood = None
     if mode == "flood":
@@ -100,13 +102,12 @@ def serve_one(listener, mode):
     if mode == "read":
         cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
         read_wc = cid.get_send_comp()
-    # The passive side's context is the listener's (pyverbs sets it in get_request).
     if mode == "norecv":
         # Nothing to complete: the connection's end shows as an asynchronous event.
-        wc, events = None, async_events(listener.context, 60)
+        wc, events = None, async_events(ctx, 60)
     else:
         wc = cid.get_recv_comp()
-        events = async_events(listener.context, 10 if wc.status != 0 else 0)
+        events = async_events(ctx, 10 if wc.status != 0 else 0)
     report = {
         "read_status": read_wc.status if read_wc else None,
         "read_len": read_wc.byte_len if read_wc and read_wc.status == 0 else None,
@@ -122,21 +123,31 @@ def serve_one(listener, mode):
         cid.disconnect()
     except PyverbsError:
         pass  # the connection may have ended already
-    for obj in (ro, wr, region, rcv, flood, cid, foreign, other_pd):
+    for obj in (ro, wr, region, rcv, flood, foreign, other_pd, cid):
         if obj is not None:
             obj.close()
 
 
 def main():
-    addr, port, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    mode = sys.argv[4] if len(sys.argv) > 4 else None
-    ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
+    role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    mode = sys.argv[5] if len(sys.argv) > 5 else None
     cap = QPCap(max_send_wr=8, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
-    listener = CMID(creator=ai, qp_init_attr=QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap))
+    init = QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap)
+    if role == "connect":
+        print("ready", flush=True)
+        for _ in range(n):
+            ai = AddrInfo(src=addr, dst=addr, dst_service=port, port_space=ce.RDMA_PS_TCP)
+            cid = CMID(creator=ai, qp_init_attr=init)
+            serve_one(cid, cid.context, mode, cid.connect)
+        return
+    ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
+    listener = CMID(creator=ai, qp_init_attr=init)
     listener.listen()
-    print("listening", flush=True)
+    print("ready", flush=True)
     for _ in range(n):
-        serve_one(listener, mode)
+        cid = listener.get_request()
+        # The passive side's context is the listener's (pyverbs sets it in get_request).
+        serve_one(cid, listener.context, mode, cid.accept)
     listener.close()
 
 
