@@ -211,7 +211,8 @@ def _session_checks():
 
 @pytest.fixture(autouse=True)
 def kernel_clean(request):
-    """Fails the test if it made the kernel report a problem."""
+    """Fails the test if it made the kernel report a problem (oops, KASAN, lockdep,
+    warnings: dmesg after each test)."""
     mark = dmesg_mark()
     yield
     new, known = known_upstream(dmesg_since(mark))
@@ -219,6 +220,14 @@ def kernel_clean(request):
         warnings.warn(f"known upstream lockdep report ({name}); lockdep is now off")
     bad = [line for line in new if BAD_DMESG.search(line) and not USER_TRAP.search(line)]
     assert not bad, "kernel reported problems during the test:\n" + "\n".join(new[-80:])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaks():
+    """Fails the last test of a module if the module's tests leaked rsiw objects: one
+    kmemleak scan per test file (a scan of the debug kernel under TCG takes tens of
+    seconds, too long to pay after every test), and one more at the end of the session."""
+    yield
     leaks = rsiw_leaks(kmemleak_report())
     if leaks:
         sh(f"echo clear > {KMEMLEAK}", check=False)
