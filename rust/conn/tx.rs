@@ -335,7 +335,8 @@ impl Conn {
     /// RTR, a Read Response, or the SQ head if the session admits it). Returns `false` if
     /// there is nothing to send now.
     fn next_job(this: &Conn, g: &mut Inner) -> bool {
-        let Some(t) = this.rx.lock().session.poll_transmit() else {
+        let now = this.now_ms();
+        let Some(t) = this.rx.lock().session.poll_transmit(now) else {
             return false;
         };
         let (msg, job) = match t {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Sans-IO protocol machines: MPA startup, the RX FPDU decoder with its outbound Read
-//! queue, and the TX FPDU builder.
+//! queue, the TX FPDU builder, and the RDMAP session of a connection that ties them
+//! together ([`session`]).
 //!
 //! The engines are fed bytes (through [`stream::RxStream`]) and emit bytes and placement
 //! decisions (through [`stream::TxSink`] and [`stream::PlaceTarget`]); the kernel shell, or

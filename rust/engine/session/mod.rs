@@ -442,11 +442,11 @@ impl Session {
         wake
     }
 
-    /// The next message to send, or `None` if nothing may be sent now (closed, a
-    /// TERMINATE out, or the Responder still waits for the first FPDU). See [`Transmit`]
-    /// for what the shell does with each; the order is the TERMINATE, the RTR, Read
-    /// Responses, then the SQ.
-    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+    /// The next message to send at time `now` (ms), or `None` if nothing may be sent now
+    /// (closed, a TERMINATE out, or the Responder still waits for the first FPDU). See
+    /// [`Transmit`] for what the shell does with each; the order is the TERMINATE, the
+    /// RTR, Read Responses, then the SQ.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
         match self.state {
             SessionState::Active => {}
             SessionState::TerminateDue { term, deadline } => {
@@ -466,8 +466,8 @@ impl Session {
                     // the first the ORQ accepts.
                     if self.dec.post_read(ReadSink::default()).is_err() {
                         // Not reached: the ORQ is empty before the RTR.
-                        self.fail_now(TermCause::rdmap(RdmapError::LocalCatastrophic));
-                        return self.poll_transmit();
+                        self.fail(TermCause::rdmap(RdmapError::LocalCatastrophic), now);
+                        return self.poll_transmit(now);
                     }
                     self.rtr = RtrPhase::ReadOutstanding;
                 } else {
@@ -592,10 +592,6 @@ impl Session {
             }
             _ => None,
         }
-    }
-
-    fn fail_now(&mut self, cause: TermCause) {
-        self.terminate(Terminate::new(cause), 0);
     }
 
     fn terminate(&mut self, term: Terminate, now: u64) {

@@ -305,7 +305,7 @@ impl Harness {
 
     fn transmit(&mut self, terminate_sent: bool) {
         for _ in 0..200 {
-            let Some(t) = self.session.poll_transmit() else {
+            let Some(t) = self.session.poll_transmit(self.now) else {
                 return;
             };
             self.rec.out.push(Out::Tx(t));
