@@ -401,7 +401,9 @@ impl Conn {
     /// cannot keep them unflushed. The connection itself stays until the session closes
     /// (the TERMINATE queued, or its deadline passed).
     fn fail_qp(this: &Conn, g: &mut Inner, why: Reason) {
-        if g.job.is_some() {
+        // The TERMINATE itself may be the message in progress already (the receive half
+        // made it due after this side last looked): it goes on.
+        if g.job.is_some() && !matches!(g.job, Some((JobKind::Terminate, _))) {
             g.tx.abort();
         }
         let Some(qp) = g.qp.take() else { return };
@@ -416,7 +418,7 @@ impl Conn {
 
     /// Completes the WQEs the connection holds outside the SQ with a flush error: the
     /// outstanding RDMA Reads, the receive WQE being placed into and the send WQE being
-    /// sent.
+    /// sent (any other message in progress is dropped, but our TERMINATE).
     fn flush_held(
         g: &mut Inner,
         qp: &QpRef<Device>,
@@ -430,8 +432,13 @@ impl Conn {
         if let Some(m) = msg {
             Qp::complete_recv(qp.qp(), m.id, flush, 0, None, false);
         }
-        if let Some((JobKind::Sqe(w), _)) = g.job.take() {
-            let _ = Qp::complete_sqe(qp.qp(), &w, flush, 0);
+        match g.job.take() {
+            Some((JobKind::Sqe(w), _)) => {
+                let _ = Qp::complete_sqe(qp.qp(), &w, flush, 0);
+            }
+            // Our TERMINATE is still to be sent.
+            Some(job @ (JobKind::Terminate, _)) => g.job = Some(job),
+            _ => {}
         }
     }
 
