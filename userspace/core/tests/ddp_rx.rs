@@ -30,22 +30,6 @@ use rsiw_core::wire::ulpdu::{Config, RdmapHeader, UlpduHeader};
 
 const IRD: u32 = 4;
 
-fn send(msn: u32, mo: u32, last: bool) -> UlpduHeader {
-    UlpduHeader::untagged(Opcode::Send, last, msn, mo, 0)
-}
-
-fn write(stag: u32, to: u64, last: bool) -> UlpduHeader {
-    UlpduHeader::tagged(Opcode::Write, last, stag, to)
-}
-
-fn rresp(stag: u32, to: u64, last: bool) -> UlpduHeader {
-    UlpduHeader::tagged(Opcode::ReadResponse, last, stag, to)
-}
-
-fn rreq(msn: u32, rr: ReadRequest) -> UlpduHeader {
-    UlpduHeader::header_only(Opcode::ReadRequest, msn, RdmapHeader::ReadRequest(rr))
-}
-
 fn rr(size: u32, src_stag: u32, src_to: u64) -> ReadRequest {
     ReadRequest {
         sink_stag: 0x5151,

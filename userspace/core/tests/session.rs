@@ -15,7 +15,7 @@ mod ddp_util;
 #[path = "common/session_util.rs"]
 mod session_util;
 
-use ddp_util::{Builder, Framing};
+use ddp_util::{rreq, rresp, send, write, Builder, Framing};
 use proptest::prelude::*;
 use rsiw_core::engine::orq::ReadSink;
 use rsiw_core::engine::session::{Admit, Close, Event, RtrPhase, SessionState, SqHead, Transmit};
@@ -23,26 +23,10 @@ use rsiw_core::engine::startup::Role;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::ddp::{DdpError, TaggedError, UntaggedError};
 use rsiw_core::wire::mpa::{MpaErrorCode, RtrType};
-use rsiw_core::wire::rdmap::{Opcode, OperationError, RdmapError, ReadRequest};
+use rsiw_core::wire::rdmap::{Opcode, OperationError, RdmapError};
 use rsiw_core::wire::terminate::{TermCause, Terminate};
 use rsiw_core::wire::ulpdu::{Config, RdmapHeader, UlpduHeader};
 use session_util::*;
-
-fn send(msn: u32, mo: u32, last: bool) -> UlpduHeader {
-    UlpduHeader::untagged(Opcode::Send, last, msn, mo, 0)
-}
-
-fn write(stag: u32, to: u64, last: bool) -> UlpduHeader {
-    UlpduHeader::tagged(Opcode::Write, last, stag, to)
-}
-
-fn rresp(stag: u32, to: u64, last: bool) -> UlpduHeader {
-    UlpduHeader::tagged(Opcode::ReadResponse, last, stag, to)
-}
-
-fn rreq(msn: u32, rr: ReadRequest) -> UlpduHeader {
-    UlpduHeader::header_only(Opcode::ReadRequest, msn, RdmapHeader::ReadRequest(rr))
-}
 
 fn stream(f: impl FnOnce(&mut Builder)) -> Vec<u8> {
     let mut b = Builder::new(Framing::CRC, Config::RFC);

@@ -20,9 +20,9 @@ use rsiw_core::engine::orq::ReadSink;
 use rsiw_core::engine::rx_decoder::Decoder;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::marker::FpduPtrBase;
-use rsiw_core::wire::rdmap::{AtomicRequest, AtomicResponse, ReadRequest};
+use rsiw_core::wire::rdmap::{AtomicRequest, AtomicResponse, Opcode, ReadRequest};
 use rsiw_core::wire::terminate::{TermCause, Terminate};
-use rsiw_core::wire::ulpdu::{Config, UlpduHeader, MAX_HEADER_LEN};
+use rsiw_core::wire::ulpdu::{Config, RdmapHeader, UlpduHeader, MAX_HEADER_LEN};
 
 /// Access bits for [`Mr::rights`].
 pub const RW: u8 = 1; // remote write
@@ -256,6 +256,26 @@ impl RxEvents for RecEvents {
     fn terminate_received(&mut self, t: Option<&Terminate>) {
         self.evs.push(Ev::PeerTerm(t.copied()));
     }
+}
+
+/// A Send segment header (QN 0): `msn`, `mo` (octets), L = `last`.
+pub fn send(msn: u32, mo: u32, last: bool) -> UlpduHeader {
+    UlpduHeader::untagged(Opcode::Send, last, msn, mo, 0)
+}
+
+/// An RDMA Write segment header to `stag` at `to`, L = `last`.
+pub fn write(stag: u32, to: u64, last: bool) -> UlpduHeader {
+    UlpduHeader::tagged(Opcode::Write, last, stag, to)
+}
+
+/// An RDMA Read Response segment header to `stag` at `to`, L = `last`.
+pub fn rresp(stag: u32, to: u64, last: bool) -> UlpduHeader {
+    UlpduHeader::tagged(Opcode::ReadResponse, last, stag, to)
+}
+
+/// An RDMA Read Request header (QN 1, `msn`) carrying `rr`.
+pub fn rreq(msn: u32, rr: ReadRequest) -> UlpduHeader {
+    UlpduHeader::header_only(Opcode::ReadRequest, msn, RdmapHeader::ReadRequest(rr))
 }
 
 /// Framing options of a test stream.
