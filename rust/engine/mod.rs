@@ -13,6 +13,7 @@ pub mod ddp_tx;
 pub mod mpa_rx;
 pub mod mpa_tx;
 pub mod orq;
+pub mod ring;
 pub mod rx_decoder;
 pub mod rx_shell;
 pub mod session;

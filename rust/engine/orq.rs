@@ -15,6 +15,7 @@
 //! It is kept small (the ring is part of the RX decoder, which the kernel shell builds on
 //! a kernel stack before it moves it into the connection).
 
+use super::ring::Ring;
 use crate::wire::ddp::{DdpError, TaggedError};
 use crate::wire::rdmap::{OperationError, RdmapError};
 use crate::wire::terminate::TermCause;
@@ -67,9 +68,7 @@ pub struct ReadDone {
 /// The outbound Read queue of one connection (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct Orq {
-    ring: [Entry; ORQ_CAPACITY],
-    head: usize,
-    len: usize,
+    ring: Ring<Entry, ORQ_CAPACITY>,
 }
 
 impl Default for Orq {
@@ -82,27 +81,25 @@ impl Orq {
     /// An empty queue.
     pub const fn new() -> Self {
         Orq {
-            ring: [Entry {
+            ring: Ring::new(Entry {
                 sink: ReadSink {
                     stag: 0,
                     to: 0,
                     len: 0,
                 },
                 got: 0,
-            }; ORQ_CAPACITY],
-            head: 0,
-            len: 0,
+            }),
         }
     }
 
     /// Number of outstanding Reads.
     pub const fn len(&self) -> usize {
-        self.len
+        self.ring.len()
     }
 
     /// Whether no Read is outstanding.
     pub const fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ring.is_empty()
     }
 
     /// Enters a Read whose Request names `sink`. Call it before the Request can reach the
@@ -113,26 +110,16 @@ impl Orq {
     /// [`PushError::Full`] with [`ORQ_CAPACITY`] Reads outstanding; [`PushError::Wraps`]
     /// if `sink.to + sink.len` overflows 64 bits. Nothing is entered.
     pub fn push(&mut self, sink: ReadSink) -> Result<(), PushError> {
-        if self.len >= ORQ_CAPACITY {
-            return Err(PushError::Full);
-        }
         if sink.to.checked_add(u64::from(sink.len)).is_none() {
             return Err(PushError::Wraps);
         }
-        let i = (self.head + self.len) % ORQ_CAPACITY;
-        if let Some(e) = self.ring.get_mut(i) {
-            *e = Entry { sink, got: 0 };
-            self.len += 1;
-        }
-        Ok(())
+        self.ring
+            .push(Entry { sink, got: 0 })
+            .map_err(|_| PushError::Full)
     }
 
     fn front(&self) -> Option<&Entry> {
-        if self.len == 0 {
-            None
-        } else {
-            self.ring.get(self.head)
-        }
+        self.ring.front()
     }
 
     /// The sink of the oldest outstanding Read and the octets its Response filled so far.
@@ -183,19 +170,14 @@ impl Orq {
     /// Records `len` more octets of the oldest Read's Response as delivered (a segment
     /// [`Orq::check_segment`] accepted).
     pub fn advance(&mut self, len: u32) {
-        if self.len == 0 {
-            return;
-        }
-        if let Some(e) = self.ring.get_mut(self.head) {
+        if let Some(e) = self.ring.front_mut() {
             e.got = e.got.saturating_add(len).min(e.sink.len);
         }
     }
 
     /// Removes the oldest Read, whose Response is complete, and returns it.
     pub fn complete(&mut self) -> Option<ReadDone> {
-        let e = *self.front()?;
-        self.head = (self.head + 1) % ORQ_CAPACITY;
-        self.len -= 1;
+        let e = self.ring.pop()?;
         Some(ReadDone {
             sink: e.sink,
             len: e.got,
@@ -204,7 +186,6 @@ impl Orq {
 
     /// Forgets every outstanding Read (the stream ended).
     pub fn clear(&mut self) {
-        self.head = 0;
-        self.len = 0;
+        self.ring.clear();
     }
 }

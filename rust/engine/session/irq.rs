@@ -8,9 +8,9 @@
 //! counts them until the shell released each one's Response), so a ring of
 //! [`IRQ_CAPACITY`] entries never overflows; the engine does not allocate.
 
-use crate::wire::rdmap::ReadRequest;
-
 use super::super::orq::MAX_ORD;
+use super::super::ring::Ring;
+use crate::wire::rdmap::ReadRequest;
 
 /// Entries of the ring: the largest IRD a connection uses ([`MAX_ORD`], the device's
 /// `max_qp_rd_atom`) plus the zero-length Read RTR of RFC 6581 §9.1.
@@ -24,9 +24,7 @@ pub struct IrqFull;
 /// The inbound Read queue.
 #[derive(Debug, Clone)]
 pub struct Irq {
-    ring: [ReadRequest; IRQ_CAPACITY],
-    head: usize,
-    len: usize,
+    ring: Ring<ReadRequest, IRQ_CAPACITY>,
 }
 
 impl Default for Irq {
@@ -39,26 +37,24 @@ impl Irq {
     /// An empty queue.
     pub const fn new() -> Self {
         Irq {
-            ring: [ReadRequest {
+            ring: Ring::new(ReadRequest {
                 sink_stag: 0,
                 sink_to: 0,
                 size: 0,
                 src_stag: 0,
                 src_to: 0,
-            }; IRQ_CAPACITY],
-            head: 0,
-            len: 0,
+            }),
         }
     }
 
     /// Requests waiting for their Response.
     pub const fn len(&self) -> usize {
-        self.len
+        self.ring.len()
     }
 
     /// Whether no Request waits.
     pub const fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ring.is_empty()
     }
 
     /// Appends a validated Read Request.
@@ -67,30 +63,16 @@ impl Irq {
     ///
     /// [`IrqFull`] if [`IRQ_CAPACITY`] Requests wait already.
     pub fn push(&mut self, req: ReadRequest) -> Result<(), IrqFull> {
-        if self.len >= IRQ_CAPACITY {
-            return Err(IrqFull);
-        }
-        let i = (self.head + self.len) % IRQ_CAPACITY;
-        let slot = self.ring.get_mut(i).ok_or(IrqFull)?;
-        *slot = req;
-        self.len += 1;
-        Ok(())
+        self.ring.push(req).map_err(|_| IrqFull)
     }
 
     /// Removes and returns the oldest Request.
     pub fn pop(&mut self) -> Option<ReadRequest> {
-        if self.len == 0 {
-            return None;
-        }
-        let r = *self.ring.get(self.head)?;
-        self.head = (self.head + 1) % IRQ_CAPACITY;
-        self.len -= 1;
-        Some(r)
+        self.ring.pop()
     }
 
     /// Drops every waiting Request (the connection ended).
     pub fn clear(&mut self) {
-        self.head = 0;
-        self.len = 0;
+        self.ring.clear();
     }
 }
