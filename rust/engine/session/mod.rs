@@ -333,19 +333,6 @@ impl Session {
         self.reported = Reported::Nothing;
     }
 
-    /// A session over a decoder set up by the caller (host tests: a decoder resumed at a
-    /// stream offset), with no RTR exchange.
-    pub fn with_decoder(dec: Decoder, cfg: SessionConfig) -> Self {
-        Session {
-            cfg,
-            dec,
-            irq: Irq::new(),
-            rtr: RtrPhase::Done,
-            state: SessionState::Active,
-            reported: Reported::Nothing,
-        }
-    }
-
     /// The configuration in use (IRD and ORD capped).
     pub const fn config(&self) -> &SessionConfig {
         &self.cfg
