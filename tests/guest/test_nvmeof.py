@@ -23,6 +23,10 @@ import time
 import pytest
 
 from conftest import load_rdma_core, module_loaded, sh, wait_for
+from test_cm import BAD_REPLIES
+from test_hostile import (BAD_REQUESTS, CASES, fpdus, mpa_frame, read_request, read_response,
+                          recv_all, recv_exact, send, send_inv, terminate, terminate_of,
+                          untagged, with_crc, write)
 
 STANDIN = os.environ.get("RSIW_TRANSPORT_SELFTEST", "") == "siw"
 SIW_KO = os.environ.get("RSIW_SIW_KO", "")
@@ -146,25 +150,65 @@ def test_nvme_rdma_fio_verify(nvmet_over_rdma):
 # A hostile iWARP peer against a kernel consumer: nvmet-rdma as Responder (the peer
 # connects to its port) and nvme-rdma as Initiator (it connects to the peer). Their QPs
 # live on a kernel PD whose DMA MR (`local_dma_lkey`, read from `rdma res show pd`) spans
-# all of kernel memory with TO = kernel virtual address: the peer aims Writes, Read
-# Requests, Read Responses and Send with Invalidate at it. Each must end in the RFC's
-# TERMINATE with nothing placed (KASAN and the kernel_clean fixture watch the kernel); no
-# consumer asked for IB_PD_UNSAFE_GLOBAL_RKEY, so the DMA MR grants no remote access.
+# all of kernel memory with TO = kernel virtual address. No consumer asked for
+# IB_PD_UNSAFE_GLOBAL_RKEY, so the DMA MR grants no remote access: Writes, Read Requests,
+# Read Responses and Send with Invalidate aimed at it must end in the RFC's TERMINATE with
+# nothing placed. The other FPDU classes of test_hostile.py that need no STag of the
+# consumer's (untagged buffers, versions, opcodes, framing, CRC, a TERMINATE mid-message)
+# run against the same kernel QPs; the Read Response classes run against the RDMA Read
+# nvmet-rdma issues for a Connect command's data; malformed MPA Requests and Replies meet
+# nvmet's listener and the host's connect. KASAN and the kernel_clean fixture watch the
+# kernel (the debug kernel), and the stock kernel runs them too.
 PEER_PORT = 4421
 # A kernel direct-map address; rsiw must refuse it before it is ever resolved.
 KVA = 0xFFFF888000100000
 
+# test_hostile.CASES whose verdict does not depend on an MR of the consumer's: they run
+# against the kernel QPs with the DMA STag and KVA wherever a header names an STag and TO
+# (the version and opcode checks come before the STag's). nvmet's admin queue receives
+# 64 octets (a command), the host's 16 (a completion): a 65-octet Send is too long for
+# both.
+STAG_FREE = (
+    "write_unknown_stag", "send_inv_unknown_stag", "send_invalid_qn",
+    "send_msn_out_of_window", "send_mo_not_reached", "send_longer_than_the_receive",
+    "write_ddp_version_2", "send_ddp_version_2", "write_rdmap_version_2",
+    "opcode_unassigned", "immediate_data_not_negotiated", "write_untagged", "send_tagged",
+    "ulpdu_shorter_than_the_header", "mpa_request_again",
+)
 
-def dma_mr_cases():
-    from test_hostile import read_request, read_response, send_inv, write
-    return [
-        ("write_dma_mr", lambda k: write(k, KVA, b"\xEE" * 16), (1, 1, 0x00)),
-        ("read_request_dma_mr", lambda k: read_request(k, KVA, 16), (0, 1, 0x02)),
-        ("read_response_dma_mr", lambda k: read_response(k, KVA, b"\xEE" * 16), (0, 2, 0x06)),
+
+def kernel_cases():
+    """[(name, FPDU builder given the kernel PD's DMA STag, the TERMINATE (layer, etype,
+    ecode) rsiw must send or None for a close without one, whether the peer negotiates
+    CRC)] for a kernel consumer's QP."""
+
+    def keys(key):
+        return {"wkey": key, "rkey": key, "lkey": key, "fkey": key, "addr": KVA, "faddr": KVA}
+
+    cases = [
+        ("write_dma_mr", lambda k: write(k, KVA, b"\xEE" * 16), (1, 1, 0x00), False),
+        ("read_request_dma_mr", lambda k: read_request(k, KVA, 16), (0, 1, 0x02), False),
+        ("read_response_dma_mr", lambda k: read_response(k, KVA, b"\xEE" * 16), (0, 2, 0x06),
+         False),
         ("read_response_dma_mr_not_last",
-         lambda k: read_response(k, KVA, b"\xEE" * 16, last=False), (0, 2, 0x06)),
-        ("send_inv_dma_mr", lambda k: send_inv(k, b"\xEE" * 16), (0, 1, 0x09)),
+         lambda k: read_response(k, KVA, b"\xEE" * 16, last=False), (0, 2, 0x06), False),
+        ("send_inv_dma_mr", lambda k: send_inv(k, b"\xEE" * 16), (0, 1, 0x09), False),
     ]
+    cases += [(name, lambda k, b=build: b(keys(k)), want, False)
+              for name, build, want, _ in CASES if name in STAG_FREE]
+    cases += [
+        # CRC negotiated (the peer's C=1): a wrong CRC is an LLP error (RFC 5040 Figure
+        # 10) and wins over the DMA MR's protection error of the same FPDU.
+        ("crc_bad_send", lambda k: with_crc(send(b"\xEE" * 16), corrupt=True), (2, 0, 0x02),
+         True),
+        ("crc_bad_write_dma_mr",
+         lambda k: with_crc(write(k, KVA, b"\xEE" * 16), corrupt=True), (2, 0, 0x02), True),
+        # The first segment of a Send, then a TERMINATE: closed without an answer.
+        ("terminate_mid_message",
+         lambda k: untagged(3, 0, 1, 0, b"\xEE" * 16, last=False) + terminate(), None, False),
+    ]
+    assert len(cases) == 5 + len(STAG_FREE) + 3, [c[0] for c in cases]
+    return cases
 
 
 def kernel_dma_lkeys():
@@ -189,90 +233,280 @@ def nvme_mpa_private_data(reply):
     return block + struct.pack("<HHHHH22x", 0, 0, 32, 31, 0xFFFF)
 
 
+def nvmet_conn(crc=False):
+    """A connection to nvmet's port with MPA startup done (revision 2, nvme-rdma's private
+    data, C=1 if `crc`: CRC in use, RFC 5044 §7.1); returns the socket."""
+    s = socket.create_connection((ADDR, int(PORT)), timeout=60)
+    s.sendall(mpa_frame(flags=0x50 if crc else 0x10, pd=nvme_mpa_private_data(False)))
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame" and not rep[16] & 0x20, rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    return s
+
+
 def test_hostile_peer_against_nvmet(nvmet_over_rdma):
-    """rsiw under nvmet-rdma (Responder): on a connection of its own each, a Write, a Read
-    Request, an unsolicited Read Response (L=1 and L=0) and a Send with Invalidate aimed at
-    nvmet's DMA MR: one TERMINATE with the RFC's layer/etype/ecode each, then the
-    connection closes. nvmet accepts with IRD 0 (hosts never read from a target), so its
-    Read Request is past IRD (DDP 1/2/0x03) before its source is looked at."""
-    from test_hostile import mpa_frame, recv_all, recv_exact, terminate_of
+    """rsiw under nvmet-rdma (Responder), every class of kernel_cases() on a connection of
+    its own: one TERMINATE with the RFC's layer/etype/ecode (or, after the peer's
+    TERMINATE, nothing), then the connection closes and nvmet frees the queue. nvmet
+    accepts with IRD 0 (hosts never read from a target), so its Read Request is past IRD
+    (DDP 1/2/0x03) before its source is looked at."""
     errs = []
-    for name, build, want in dma_mr_cases():
+    for name, build, want, crc in kernel_cases():
         if name == "read_request_dma_mr":
             want = (1, 2, 0x03)
-        s = socket.create_connection((ADDR, int(PORT)), timeout=60)
+        s = nvmet_conn(crc)
         try:
-            s.sendall(mpa_frame(pd=nvme_mpa_private_data(False)))
-            rep = recv_exact(s, 20)
-            assert rep[:16] == b"MPA ID Rep Frame" and not rep[16] & 0x20, rep.hex()
-            recv_exact(s, int.from_bytes(rep[18:20], "big"))
             keys = kernel_dma_lkeys()
             assert keys, "no kernel PD on rsiw0 after nvmet accepted"
             s.sendall(build(keys[-1]))
             data = recv_all(s)
         finally:
             s.close()
-        try:
-            got = terminate_of(data)[:3]
-        except AssertionError as e:
-            errs.append(f"{name}: {e}")
-            continue
-        if got != want:
-            errs.append(f"{name}: TERMINATE {got}, want {want}")
+        if want is None:
+            if data:
+                errs.append(f"{name}: rsiw answered the peer's TERMINATE with {data.hex()}")
+        else:
+            try:
+                got = terminate_of(data)[:3]
+                if got != want:
+                    errs.append(f"{name}: TERMINATE {got}, want {want}")
+            except AssertionError as e:
+                errs.append(f"{name}: {e}")
         # nvmet frees the queue (and, with the last one, its PD) asynchronously.
         wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
     assert not errs, "\n".join(errs)
 
 
-def test_hostile_peer_against_nvme_host(nvmet_over_rdma):
-    """rsiw under nvme-rdma (Initiator): the host connects to the hostile peer, which
-    answers its MPA Request and then aims the same FPDUs at the host's DMA MR: one
-    TERMINATE each, the connection closes, and the host's connect fails instead of
-    hanging."""
-    from test_hostile import fpdus, mpa_frame, recv_all, recv_exact
+# The peer's buffer for the Connect command's data, as its keyed SGL names it.
+CONNECT_STAG, CONNECT_TO = 0x5EC0DE01, 0x10000
+HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:7273-6977-0000-0000-000000000001"
+
+
+def nvme_connect_capsule(cid):
+    """The NVMe-oF Connect command for the admin queue (`struct nvmf_connect_command`, 64
+    octets, little endian) with command identifier `cid`: PSDT 01b (SGL), its 1024 octets
+    of data a keyed SGL data block (type 0x40: address, no invalidate) at CONNECT_STAG /
+    CONNECT_TO, which nvmet-rdma fetches with an RDMA Read; record format 0, queue 0, SQ
+    size 31, no keep-alive."""
+    sgl = (struct.pack("<Q", CONNECT_TO) + (1024).to_bytes(3, "little")
+           + struct.pack("<I", CONNECT_STAG) + b"\x40")
+    return (struct.pack("<BBHB19x", 0x7F, 0x40, cid, 0x01) + sgl
+            + struct.pack("<HHHBxI12x", 0, 0, 31, 0, 0))
+
+
+def nvme_connect_data():
+    """`struct nvmf_connect_data` (1024 octets): a host ID, controller ID 0xFFFF (any),
+    the subsystem's NQN and the host's."""
+    return (bytes(range(1, 17)) + struct.pack("<H238x", 0xFFFF)
+            + NQN.encode().ljust(256, b"\0") + HOSTNQN.encode().ljust(256, b"\0") + bytes(256))
+
+
+def nvmet_read_request(s, cid):
+    """Sends the Connect command (a Send on QN 0, MSN 1) and takes nvmet's RDMA Read
+    Request for its data; returns its (sink STag, sink TO, size) after checking that it
+    reads all of the peer's buffer."""
+    s.sendall(send(nvme_connect_capsule(cid)))
+    req = recv_exact(s, 2 + 46 + 4)
+    assert req[2:4] == b"\x41\x41", f"not a Read Request: {req.hex()}"
+    sink_stag, sink_to, size, src_stag, src_to = struct.unpack(">IQIIQ", req[20:48])
+    assert (size, src_stag, src_to) == (1024, CONNECT_STAG, CONNECT_TO), req.hex()
+    return sink_stag, sink_to, size
+
+
+# (name, the bad Response for the Read's sink STag, TO and size (with the DMA STag `k`),
+# TERMINATE): each refused before an octet is placed, as for a user QP.
+NVMET_READ_CASES = [
+    ("read_response_dma_mr_outstanding",
+     lambda k, st, to, n: read_response(k, to, nvme_connect_data()), (1, 1, 0x00)),
+    ("read_response_unknown_stag",
+     lambda k, st, to, n: read_response(0xABCDE00 | (st & 0xFF), to, nvme_connect_data()),
+     (1, 1, 0x00)),
+    ("read_response_other_to",
+     lambda k, st, to, n: read_response(st, to + 8, nvme_connect_data()), (1, 1, 0x01)),
+    ("read_response_too_long",
+     lambda k, st, to, n: read_response(st, to, nvme_connect_data() + bytes(8)),
+     (1, 1, 0x01)),
+    ("read_response_too_short",
+     lambda k, st, to, n: read_response(st, to, nvme_connect_data()[:n - 8]), (1, 1, 0x01)),
+    ("read_response_empty_last", lambda k, st, to, n: read_response(st, to, b""),
+     (1, 1, 0x01)),
+]
+
+
+def test_hostile_read_responses_against_nvmet(nvmet_over_rdma):
+    """The peer plays an NVMe host whose Connect command's data nvmet-rdma must fetch with
+    an RDMA Read (rsiw's ORQ on a kernel QP, the sink a fast-registration MR). The control:
+    the exact Response completes the Read and nvmet answers with a successful completion.
+    Then each bad Response (at the DMA STag, an unknown STag, another TO, too long, too
+    short, empty) on a connection of its own: one TERMINATE with the DDP tagged buffer
+    error, the connection closes, nvmet frees the queue."""
+    s = nvmet_conn()
+    try:
+        stag, to, size = nvmet_read_request(s, 1)
+        s.sendall(read_response(stag, to, nvme_connect_data()))
+        s.shutdown(socket.SHUT_WR)
+        frames = fpdus(recv_all(s))
+    finally:
+        s.close()
+    # The completion (`struct nvme_completion`, 16 octets) in a Send (opcode 3).
+    assert [op for op, _ in frames] == [3], frames
+    cid, status = struct.unpack("<HH", frames[0][1][32:36])
+    assert (cid, status >> 1) == (1, 0), f"Connect failed: {frames[0][1].hex()}"
+    wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
     errs = []
+    for name, build, want in NVMET_READ_CASES:
+        s = nvmet_conn()
+        try:
+            stag, to, size = nvmet_read_request(s, 2)
+            keys = kernel_dma_lkeys()
+            s.sendall(build(keys[-1], stag, to, size))
+            data = recv_all(s)
+        finally:
+            s.close()
+        try:
+            got = terminate_of(data)[:3]
+            if got != want:
+                errs.append(f"{name}: TERMINATE {got}, want {want}")
+        except AssertionError as e:
+            errs.append(f"{name}: {e}")
+        wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
+    assert not errs, "\n".join(errs)
+
+
+def test_bad_mpa_requests_against_nvmet(nvmet_over_rdma):
+    """test_hostile's malformed MPA Requests, each on a TCP connection of its own to
+    nvmet's port: rsiw closes it (an MPA Reply, if any, rejects: R=1) before nvmet sees a
+    connection; then a well-formed Request is accepted."""
+    errs = []
+    for name, frame, fin in BAD_REQUESTS:
+        s = socket.create_connection((ADDR, int(PORT)), timeout=60)
+        try:
+            try:
+                s.sendall(frame)
+                if fin:
+                    s.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # rsiw closed (with a reset: octets it did not read) before us
+            data = recv_all(s)
+        except AssertionError as e:
+            errs.append(f"{name}: {e}")
+            continue
+        finally:
+            s.close()
+        if data and not (data[:16] == b"MPA ID Rep Frame" and len(data) >= 20
+                         and data[16] & 0x20):
+            errs.append(f"{name}: rsiw answered with {data.hex()}, not a rejecting Reply")
+    nvmet_conn().close()
+    wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
+    assert not errs, "\n".join(errs)
+
+
+class NvmeHost:
+    """nvme-rdma connecting to the hostile peer on PEER_PORT (a shell writing the options
+    to /dev/nvme-fabrics); `rc()` waits for the connect's exit status."""
+
+    def __init__(self):
+        self.p = subprocess.Popen(
+            ["sh", "-c", f"echo transport=rdma,traddr={ADDR},trsvcid={PEER_PORT},"
+             f"nqn={NQN} > /dev/nvme-fabrics"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def rc(self):
+        return self.p.wait(timeout=300)
+
+
+@pytest.fixture
+def hostile_listener(nvmet_over_rdma):
+    """The hostile peer's listening socket on PEER_PORT, with nvme_core's admin_timeout
+    lowered to 5 s: the host learns that its Connect command failed only by that timeout
+    (a QP error while connecting starts no recovery in nvme-rdma). Afterwards no kernel PD
+    may remain."""
     ls = socket.create_server((ADDR, PEER_PORT))
     ls.settimeout(120)
-    # The host learns that its Connect command failed only by its timeout (a QP error
-    # while connecting starts no recovery in nvme-rdma): 5 s, not the default 60 s.
     timeout_param = "/sys/module/nvme_core/parameters/admin_timeout"
     with open(timeout_param) as f:
         admin_timeout = f.read().strip()
     sh(f"echo 5 > {timeout_param}")
-    try:
-        for name, build, want in dma_mr_cases():
-            host = subprocess.Popen(
-                ["sh", "-c", f"echo transport=rdma,traddr={ADDR},trsvcid={PEER_PORT},"
-                 f"nqn={NQN} > /dev/nvme-fabrics"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            try:
-                s, _ = ls.accept()
-                s.settimeout(60)
-                req = recv_exact(s, 20)
-                assert req[:16] == b"MPA ID Req Frame", req.hex()
-                recv_exact(s, int.from_bytes(req[18:20], "big"))
-                s.sendall(mpa_frame(key=b"MPA ID Rep Frame", pd=nvme_mpa_private_data(True)))
-                keys = []
-                wait_for(lambda: keys.extend(kernel_dma_lkeys()) or keys, timeout=60,
-                         what="the host's kernel PD")
-                s.sendall(build(keys[-1]))
-                data = recv_all(s)
-                s.close()
-            finally:
-                rc = host.wait(timeout=300)
-            frames = fpdus(data)
-            ops = [op for op, _ in frames]
-            if not ops or ops[-1] != 7:
-                errs.append(f"{name}: no TERMINATE last, FPDUs {ops}")
-                continue
+    yield ls
+    ls.close()
+    sh(f"echo {admin_timeout} > {timeout_param}", check=False)
+    wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
+
+
+def take_mpa_request(ls):
+    """Accepts the host's TCP connection and reads its MPA Request; returns the socket."""
+    s, _ = ls.accept()
+    s.settimeout(60)
+    req = recv_exact(s, 20)
+    assert req[:16] == b"MPA ID Req Frame", req.hex()
+    recv_exact(s, int.from_bytes(req[18:20], "big"))
+    return s
+
+
+def test_hostile_peer_against_nvme_host(hostile_listener):
+    """rsiw under nvme-rdma (Initiator): for every class of kernel_cases() the host
+    connects to the hostile peer, which answers its MPA Request (C=1 where the case
+    negotiates CRC) and sends the class's FPDU: after the host's own Connect command, one
+    TERMINATE (or, after the peer's TERMINATE, none), the connection closes, and the host's
+    connect fails instead of hanging."""
+    errs = []
+    for name, build, want, crc in kernel_cases():
+        host = NvmeHost()
+        try:
+            s = take_mpa_request(hostile_listener)
+            s.sendall(mpa_frame(key=b"MPA ID Rep Frame", flags=0x50 if crc else 0x10,
+                                pd=nvme_mpa_private_data(True)))
+            keys = []
+            wait_for(lambda: keys.extend(kernel_dma_lkeys()) or keys, timeout=60,
+                     what="the host's kernel PD")
+            s.sendall(build(keys[-1]))
+            data = recv_all(s)
+            s.close()
+        finally:
+            rc = host.rc()
+        frames = fpdus(data)
+        ops = [op for op, _ in frames]
+        if want is None:
+            if 7 in ops:
+                errs.append(f"{name}: rsiw answered the peer's TERMINATE: FPDUs {ops}")
+        elif not ops or ops[-1] != 7 or ops.count(7) != 1:
+            errs.append(f"{name}: not one TERMINATE last, FPDUs {ops}")
+            continue
+        else:
             t = frames[-1][1]
             got = (t[20] >> 4, t[20] & 0x0F, t[21])
             if got != want:
                 errs.append(f"{name}: TERMINATE {got}, want {want}")
-            if rc == 0:
-                errs.append(f"{name}: the host's connect succeeded")
-            wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
-    finally:
-        ls.close()
-        sh(f"echo {admin_timeout} > {timeout_param}", check=False)
+        if rc == 0:
+            errs.append(f"{name}: the host's connect succeeded")
+        wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
+    assert not errs, "\n".join(errs)
+
+
+def test_bad_mpa_replies_fail_the_nvme_host_connect(hostile_listener):
+    """test_cm's malformed and rejecting MPA Replies, and a peer that never answers, each
+    on a connection of its own: rsiw closes the connection (the silent peer's after
+    mpa_timeout_ms) and the host's connect fails."""
+    errs = []
+    for name, frame in BAD_REPLIES + [("silent", b"")]:
+        host = NvmeHost()
+        try:
+            s = take_mpa_request(hostile_listener)
+            try:
+                if frame:
+                    s.sendall(frame)
+                    s.shutdown(socket.SHUT_WR)
+                while s.recv(4096):
+                    pass
+            except TimeoutError:
+                errs.append(f"{name}: rsiw did not close the connection within 60 s")
+            except OSError:
+                pass  # rsiw may close (or reset, leaving octets unread) at any point
+            finally:
+                s.close()
+        finally:
+            rc = host.rc()
+        if rc == 0:
+            errs.append(f"{name}: the host's connect succeeded")
+        wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
     assert not errs, "\n".join(errs)
