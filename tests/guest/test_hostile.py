@@ -29,7 +29,9 @@ not exist, with an MSN or MO out of order, longer than the receive, with Invalid
 unknown or foreign STag; DDP and RDMAP versions, unassigned and not negotiated opcodes,
 tagged/untagged mismatches, a ULPDU shorter than its header; Read Requests beyond IRD; a
 TERMINATE in the middle of a message (closed without an answer); malformed MPA Requests
-(closed, never reported to the consumer).
+(closed, never reported to the consumer); markers whose FPDUPTR is wrong, with rsiw asking
+for markers (LLP 2/0/0x03); a peer-to-peer RTR of another type than agreed (taken as it
+comes).
 
 After the test the usual fixtures check dmesg (no oops, KASAN, lockdep) and kmemleak,
 and `rmmod rsiw` must succeed.
@@ -47,7 +49,7 @@ import termios
 import crcmod.predefined
 import pytest
 
-from conftest import sh
+from conftest import load_rsiw, sh, unload_rsiw
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -746,3 +748,127 @@ def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     # Now read: rsiw closes within its deadline (mpa_timeout_ms, 10 s by default).
     recv_all(s)
     s.close()
+
+
+def with_markers(frames, bad_at=None):
+    """The FPDUs `frames` (as fpdu() builds them) as they go on a stream with markers (RFC
+    5044 §4.3), starting at the first octet of Full Operation: a marker at every 512th
+    octet of the stream, its FPDUPTR the octets from the ULPDU_Length field of the FPDU
+    it is in to the marker, 0 for a marker that leads an FPDU. The marker at stream
+    offset `bad_at` points 4 octets too far."""
+    out = b""
+    for f in frames:
+        length_at = None
+        i = 0
+        while i < len(f):
+            if len(out) % 512 == 0:
+                ptr = 0 if length_at is None else len(out) - length_at
+                out += struct.pack(">HH", 0, ptr + (4 if len(out) == bad_at else 0))
+            if length_at is None:
+                length_at = len(out)
+            n = min(len(f) - i, 512 - len(out) % 512)
+            out += f[i:i + n]
+            i += n
+    return out
+
+
+@pytest.fixture
+def markers_asked():
+    """rsiw loaded with mpa_markers=1 (it asks the peer for markers: M=1 in its Reply or
+    Request); to be named before `target`, whose `rsiw` then finds it loaded."""
+    unload_rsiw()
+    load_rsiw("mpa_markers=1")
+    yield
+    unload_rsiw()
+
+
+def open_marker_conn(role, report, ls):
+    """A connection to the target in `role` with rsiw asking for markers (M=1) and the
+    peer not (M=0): the peer's FPDUs carry markers, rsiw's do not. Returns (socket, the
+    target's keys)."""
+    if role == "listen":
+        s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+        s.sendall(mpa_request())
+        keys = report()
+        rep = recv_exact(s, 20)
+        assert rep[:16] == b"MPA ID Rep Frame" and rep[16] & 0xA0 == 0x80, rep.hex()
+        recv_exact(s, int.from_bytes(rep[18:20], "big"))
+        return s, keys
+    keys = report()
+    s, _ = ls.accept()
+    s.settimeout(T_IO)
+    req = recv_exact(s, 20)
+    assert req[:16] == b"MPA ID Req Frame" and req[16] & 0x80, req.hex()
+    recv_exact(s, int.from_bytes(req[18:20], "big"))
+    s.sendall(mpa_reply())
+    return s, keys
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_wrong_marker_pointers_terminate(markers_asked, target, peer, role):
+    """rsiw asks for markers (RFC 5044 §4.3), as Responder and as Initiator. The control:
+    a 1000-octet Write (a marker inside it) and a Send, markers right, are placed and
+    completed. A marker leading a Send that points 4 octets off, and a marker inside the
+    Write that does: one TERMINATE, LLP marker and ULPDU pointer mismatch (2/0/0x03)
+    without headers, then the connection closes, the receive is flushed and QP_FATAL
+    reported. Without CRC placement is cut through, so the Write's octets before its bad
+    marker may have been placed, inside the MR that granted them; nothing else changed."""
+    report = target(3, role=role)
+    data = b"\x11" * 1000
+    s, keys = open_marker_conn(role, report, peer)
+    s.sendall(with_markers([write(keys["wkey"], keys["addr"] + 100, data), send(b"done")]))
+    s.shutdown(socket.SHUT_WR)
+    back = recv_all(s)
+    s.close()
+    r = report()
+    assert back == b"", f"rsiw answered FPDUs with good markers with {back.hex()}"
+    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    assert r["changes"] == [[PAGE + 100, data.hex()]], r
+
+    errs = []
+    s, keys = open_marker_conn(role, report, peer)
+    s.sendall(with_markers([send(b"\xEE" * 16)], bad_at=0))
+    try:
+        back = recv_all(s)
+    finally:
+        s.close()
+    errs += verdict("marker_leading_wrong", back, report(), (2, 0, 0x03), 0)
+
+    s, keys = open_marker_conn(role, report, peer)
+    s.sendall(with_markers([write(keys["wkey"], keys["addr"] + 100, data)], bad_at=512))
+    try:
+        back = recv_all(s)
+    finally:
+        s.close()
+    r = report()
+    placed = [c for c in r["changes"]
+              if not (PAGE + 100 <= c[0] and c[0] + len(c[1]) // 2 <= PAGE + 1100
+                      and set(bytes.fromhex(c[1])) == {0x11})]
+    errs += verdict("marker_inside_wrong", back, dict(r, changes=placed), (2, 0, 0x03), 0)
+    assert not errs, "\n".join(errs)
+
+
+def test_mismatched_rtr_is_taken_as_it_comes(target):
+    """The peer asks for the peer-to-peer model with a zero-length Send RTR only (RFC 6581
+    §9.2) and rsiw, as Responder, confirms it; the peer then sends a zero-length Write as
+    its RTR, then a Send. RFC 6581 does not say what a Responder does with an RTR of
+    another type; rsiw (as siw) takes it as it comes: the Write RTR opens the Responder's
+    send gate without consuming a receive, the Send completes the receive, and rsiw
+    sends nothing back."""
+    report = target(1)
+    s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+    # PD: A (P2P) | B (zero-length Send RTR) | IRD 1, ORD 1.
+    s.sendall(mpa_frame(pd=struct.pack(">HH", 0x8000 | 0x4000 | 1, 1)))
+    keys = report()
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame" and not rep[16] & 0x20, rep.hex()
+    pd = recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    assert pd[0] & 0xC0 == 0xC0, f"Reply does not confirm P2P with a Send RTR: {pd.hex()}"
+    s.sendall(write(0, 0, b"") + send(b"done"))
+    s.shutdown(socket.SHUT_WR)
+    back = recv_all(s)
+    s.close()
+    r = report()
+    assert back == b"", f"rsiw answered the mismatched RTR with {back.hex()}"
+    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    assert (r["changes"], r["foreign"], r["events"]) == ([], [], []), (keys, r)
