@@ -25,7 +25,9 @@
 
 use crate::conn::{Conn, MAX_IRD_ORD};
 use crate::device::Device;
-use crate::engine::startup::{Config, EnhancedConfig, Mode, Startup, Status};
+use crate::engine::ddp_tx::DdpTx;
+use crate::engine::startup::{Action, Config, EnhancedConfig, Mode, Startup, Status};
+use crate::engine::stream::TxSink;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
@@ -81,6 +83,40 @@ fn rtr_types() -> RtrSet {
         send: m & 4 != 0,
         write: m & 1 != 0,
         read: m & 2 != 0,
+    }
+}
+
+/// The one TERMINATE MPA startup may send ([`Cep::send_startup_terminate`]), framed into
+/// a fixed buffer: 22 octets of ULPDU, its length field, a leading marker and the CRC
+/// field make 32.
+struct TermSink {
+    buf: [u8; TermSink::LEN],
+    len: usize,
+    /// The FPDU did not fit (it is not sent then).
+    overflow: bool,
+}
+
+impl TermSink {
+    const LEN: usize = 64;
+}
+
+impl TxSink for TermSink {
+    fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, data);
+        }
+        match self.buf.get_mut(self.len..self.len + data.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                self.len += data.len();
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    fn payload(&mut self, len: usize, _crc: Option<&mut u32>) {
+        // A TERMINATE without echoed headers carries no payload.
+        self.overflow |= len != 0;
     }
 }
 
@@ -647,6 +683,32 @@ impl Cep {
         Ok(())
     }
 
+    /// The Initiator cannot accept the Reply's peer-to-peer negotiation (no matching RTR,
+    /// insufficient IRD: the startup engine failed with [`Action::Terminate`]): sends,
+    /// instead of the RTR, the TERMINATE (LLP, MPA error) framed as negotiated, without
+    /// waiting (RFC 6581 §9.2, §9.3). The caller closes the connection next; the TERMINATE
+    /// is best-effort.
+    fn send_startup_terminate(g: &mut Inner) {
+        let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_ref()) else {
+            return;
+        };
+        let (Status::Failed(e), Some(n)) = (st.status(), st.negotiated()) else {
+            return;
+        };
+        if e.action != Action::Terminate {
+            return;
+        }
+        let mut sink = TermSink {
+            buf: [0; TermSink::LEN],
+            len: 0,
+            overflow: false,
+        };
+        let framed = DdpTx::startup_terminate(n, sock.mss().max(140), e.code, &mut sink);
+        if let (Ok(_), false, Some(fpdu)) = (framed, sink.overflow, sink.buf.get(..sink.len)) {
+            let _ = sock.send(&[fpdu], false);
+        }
+    }
+
     /// Starts the MPA startup timer (`mpa_timeout_ms`, at least [`MIN_MPA_TIMEOUT_MS`])
     /// for the state just entered: the peer's Request or Reply must arrive in time.
     fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
@@ -820,6 +882,7 @@ impl Cep {
                         if crate::sys::ratelimit() {
                             pr_warn!("MPA startup (initiator) ended: {other:?}\n");
                         }
+                        Self::send_startup_terminate(g);
                         (-(crate::sys::bindings::ECONNRESET as i32), KVec::new())
                     }
                 };

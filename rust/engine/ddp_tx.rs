@@ -51,8 +51,9 @@ use super::startup::Negotiated;
 use super::stream::TxSink;
 use crate::wire::ddp::MSN_INITIAL;
 use crate::wire::fpdu::{mulpdu, MULPDU_MAX};
+use crate::wire::mpa::MpaErrorCode;
 use crate::wire::rdmap::{AtomicRequest, AtomicResponse, ImmediateData, Opcode, ReadRequest};
-use crate::wire::terminate::Terminate;
+use crate::wire::terminate::{TermCause, Terminate};
 use crate::wire::ulpdu::{Config, EmitError, RdmapHeader, UlpduHeader, MAX_HEADER_LEN};
 
 /// Number of untagged queues the builder numbers (QN 0..=3, RFC 5040 §5, RFC 7306 §5.2).
@@ -291,6 +292,33 @@ impl DdpTx {
     pub fn for_connection(n: &Negotiated, emss: u32, rfc7306: bool) -> Self {
         let mpa = MpaTx::new(n.tx_config(mulpdu(emss, n.markers_tx)));
         Self::new(mpa, Config::for_mpa_rev(n.rev, rfc7306))
+    }
+
+    /// Frames on `sink` the TERMINATE an Initiator sends instead of its RTR when it cannot
+    /// accept the peer-to-peer negotiation (MPA startup ended in `Status::Failed` with
+    /// `Action::Terminate`, RFC 6581 §9.2, §9.3): Layer 2 LLP, Error Type 0, MPA error
+    /// `code`, no header echoed (RFC 5040 Figure 10), QN 2 MSN 1, as the first FPDU of Full
+    /// Operation with the framing `n` negotiated (markers, CRC, versions). `emss` is the
+    /// effective MSS (octets) as for [`DdpTx::for_connection`]. Returns what
+    /// [`DdpTx::next_fpdu`] returns for it.
+    ///
+    /// # Errors
+    ///
+    /// [`NextError`]; nothing was written then (a 22-octet ULPDU fits any MULPDU an EMSS
+    /// of at least 128 octets gives).
+    pub fn startup_terminate<K: TxSink>(
+        n: &Negotiated,
+        emss: u32,
+        code: MpaErrorCode,
+        sink: &mut K,
+    ) -> Result<FpduInfo, NextError> {
+        let mut tx = Self::for_connection(n, emss, false);
+        let t = Terminate::new(TermCause::mpa(code));
+        tx.start(Message::Terminate(t)).map_err(|e| match e {
+            StartError::Header(h) => NextError::Header(h),
+            _ => NextError::Idle,
+        })?;
+        tx.next_fpdu(sink)
     }
 
     /// The MPA framer (stream position, configuration).

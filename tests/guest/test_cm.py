@@ -416,3 +416,50 @@ def test_bad_mpa_replies_fail_the_connect_once(cm_dev_timeout):
                 or res == f"connect-errno {errno.ETIMEDOUT}" or (want and res != want)):
             errs.append(f"{name}: {res} {terrs}")
     assert not errs, "\n".join(errs)
+
+
+@pytest.fixture
+def cm_dev_p2p_write(dummy):
+    """rsiw0 with the peer-to-peer model on (`peer_to_peer=1`) offering only the
+    zero-length Write RTR (`p2p_rtr=1`), and a 2 s MPA startup timeout."""
+    unload_rsiw()
+    load_rsiw(f"peer_to_peer=1 p2p_rtr=1 mpa_timeout_ms={MPA_TIMEOUT_MS}")
+    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh("modprobe rdma_ucm")
+    yield DEV
+    sh(f"rdma link del {DEV}", check=False)
+    unload_rsiw()
+
+
+def test_reply_with_no_matching_rtr_terminates(cm_dev_p2p_write):
+    """rsiw as peer-to-peer Initiator offers a zero-length Write RTR only; the Responder's
+    Reply accepts with the Read RTR instead (RFC 6581 §9.2: a Responder with no match
+    still names one of its own). rsiw sends, instead of its RTR, a TERMINATE (layer 2
+    LLP, etype 0, MPA error 7: no matching RTR, §9.3), closes, and the consumer's connect
+    fails by it, not by the startup timer."""
+    got = {}
+
+    def no_match(conn):
+        # PD: A (P2P) | IRD 1, D (zero-length Read RTR) | ORD 1.
+        conn.sendall(mpa_frame(pd=struct.pack(">HH", 0x8000 | 1, 0x4000 | 1)))
+        data = b""
+        while True:
+            try:
+                chunk = conn.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        got["data"] = data
+        conn.close()
+
+    connect_fails_early(7495, no_match)
+    fpdu = got.get("data", b"")
+    assert len(fpdu) >= 24, f"no TERMINATE after the Reply: {fpdu.hex()}"
+    assert fpdu[3] & 0x0F == 7 and int.from_bytes(fpdu[8:12], "big") == 2, \
+        f"not a TERMINATE on QN 2: {fpdu.hex()}"
+    assert (fpdu[20] >> 4, fpdu[20] & 0x0F, fpdu[21]) == (2, 0, 7), \
+        f"TERMINATE is not LLP/0/7: {fpdu[20:22].hex()}"
+    ulen = int.from_bytes(fpdu[:2], "big")
+    assert len(fpdu) == 2 + ulen + (-(2 + ulen)) % 4 + 4, f"more than the TERMINATE: {fpdu.hex()}"

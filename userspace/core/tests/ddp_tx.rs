@@ -874,3 +874,71 @@ proptest! {
         }
     }
 }
+
+/// The TERMINATE an Initiator sends instead of its RTR when the Reply names no RTR type it
+/// offered (RFC 6581 §9.2, §9.3): LLP / 0 / 7 without headers on QN 2 MSN 1, framed as
+/// the Reply negotiated: with the leading marker when the Responder asked for markers
+/// (M in the Reply) and the CRC when either side asked for it (C).
+#[test]
+fn startup_terminate_is_the_first_fpdu_with_the_negotiated_framing() {
+    use rsiw_core::engine::startup::{Config, EnhancedConfig, Mode, Startup};
+    use rsiw_core::wire::mpa::{Enhanced, MpaErrorCode, RtrSet, FLAG_C, FLAG_M, FLAG_S, KEY_REP};
+
+    let write_only = RtrSet {
+        send: false,
+        write: true,
+        read: false,
+    };
+    let read_only = RtrSet {
+        send: false,
+        write: false,
+        read: true,
+    };
+    for flags in [0, FLAG_C, FLAG_M, FLAG_M | FLAG_C] {
+        let cfg = Config {
+            mode: Mode::Enhanced(EnhancedConfig {
+                ird: 1,
+                ord: 1,
+                p2p: true,
+                rtr: write_only,
+            }),
+            crc: false,
+            markers: false,
+            permissive_rev0: false,
+        };
+        let mut i = Startup::initiator(cfg, b"").unwrap();
+        let pd = Enhanced {
+            p2p: true,
+            rtr: read_only,
+            ird: 1,
+            ord: 1,
+        }
+        .to_bytes();
+        let mut rep = KEY_REP.to_vec();
+        rep.extend_from_slice(&[FLAG_S | flags, 2, 0, pd.len() as u8]);
+        rep.extend_from_slice(&pd);
+        let e = i.feed(&rep).unwrap_err();
+        assert_eq!(e.code, MpaErrorCode::NoMatchingRtr);
+        let n = i
+            .negotiated()
+            .expect("a TERMINATE needs the negotiated framing");
+
+        let mut sink = VecTx::default();
+        let info = DdpTx::startup_terminate(n, 1460, e.code, &mut sink).unwrap();
+        let mut want = Vec::new();
+        if flags & FLAG_M != 0 {
+            want.extend_from_slice(&[0; 4]);
+        }
+        want.extend_from_slice(&[0x00, 22, 0x41, 0x47]);
+        want.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0]);
+        want.extend_from_slice(&[0x20, 0x07, 0, 0]);
+        let crc = if flags & FLAG_C != 0 {
+            mpa_util::crc32c(&want)
+        } else {
+            0
+        };
+        want.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(sink.out, want, "Reply flags {flags:#04x}");
+        assert_eq!((info.wire_len, info.last), (want.len(), true));
+    }
+}
