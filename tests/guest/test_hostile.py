@@ -284,8 +284,11 @@ def target(rsiw, dummy):
         return p
 
     def start(n, *mode, role="listen"):
-        # As Initiator, one process per connection: a second rdma_create_ep() in one
-        # process fails with ENOENT (seen with rsiw; not investigated yet).
+        # As Initiator, one process per connection: in hostile_target.py a second
+        # rdma_create_ep() in one process fails with ENOENT, after a good first
+        # connection as after a TERMINATE, and with the C siw as with rsiw (a plain
+        # connect/disconnect loop in one process works on both): librdmacm's or
+        # pyverbs' matter, not the provider's.
         cur = {"p": None if role == "connect" else spawn(role, n, mode), "lines": 0}
 
         def report(timeout=None):
