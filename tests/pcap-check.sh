@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tshark as the independent oracle for what rsiw puts on the wire (shared/spec/WIRE.md §3a).
+# tshark as the independent oracle for what rsiw puts on the wire.
 #
 # 1. The host test userspace/core/tests/pcap_exchange.rs drives the real protocol core
 #    (MPA startup in both roles, the DDP/RDMAP TX builder for every RDMAP opcode, a

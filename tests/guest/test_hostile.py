@@ -317,7 +317,7 @@ def target(rsiw, dummy):
 
 # (name, FPDU builder, expected TERMINATE (layer, etype, ecode), header flags):
 # RFC 5041 §7.2 (layer 1 DDP, etype 1 tagged buffer) and RFC 5040 §7.2 (layer 0 RDMAP,
-# etype 1 remote protection, etype 2 remote operation); WIRE.md rows 3, 21 and 22.
+# etype 1 remote protection, etype 2 remote operation).
 CASES = [
     # The last 8 octets of the MR and 8 beyond it: base or bounds violation.
     ("write_past_the_end", lambda k: write(k["wkey"], k["addr"] + PAGE - 8, b"\xEE" * 16),
@@ -352,7 +352,7 @@ CASES = [
      lambda k: read_response(k["lkey"], k["addr"] - 64, b"\xEE" * 16),
      (0, 2, 0x06), HDR_M | HDR_D),
     # The MPA Request again in Full Operation: parsed as an FPDU of ULPDU_Length 0x4D50
-    # whose RDMAP version is 0 (WIRE.md row 3): invalid RDMAP version. rsiw gives a
+    # whose RDMAP version is 0 (control octets `41 20`): invalid RDMAP version. rsiw gives a
     # segment's verdict at the end of its FPDU, so the rest of the FPDU (19800 octets in
     # all) follows.
     ("mpa_request_again", lambda k: mpa_request().ljust(19800, b"\0"), (0, 2, 0x05),

@@ -2,8 +2,8 @@
 
 //! The DDP/RDMAP RX decoder (engine::ddp_rx, engine::rx_decoder): placements and events for
 //! every message type, every error path with its exact Layer/EType/ECode and TERMINATE echo
-//! (RFC 5040 §4.8 Figures 9-10, RFC 5041 §7.2), and the properties of WIRE.md §4
-//! (resegmentation invariance, no placement outside an MR, one TERMINATE and nothing after).
+//! (RFC 5040 §4.8 Figures 9-10, RFC 5041 §7.2), and the receiver's
+//! properties (resegmentation invariance, no placement outside an MR, one TERMINATE and nothing after).
 
 #[path = "common/mpa_util.rs"]
 mod mpa_util;
@@ -592,7 +592,8 @@ fn maximum_length_segments() {
         )]
     );
 
-    // ULPDU_Length 65535 is accepted on receive (WIRE.md §4 row 13).
+    // ULPDU_Length 65535 is accepted on receive (MULPDU limits the sender only,
+    // RFC 5044 §4.5).
     let p = pattern(65535 - 18, 5);
     let mut u = [0u8; 18];
     send(1, 0, true).emit_into(&mut u, Config::RFC).unwrap();
@@ -1526,7 +1527,7 @@ proptest! {
     }
 }
 
-/// WIRE.md §4 row 3, as a hostile peer sends it (the VM's test_hostile.py): the MPA Request
+/// A repeated MPA Request, as a hostile peer sends it (the VM's test_hostile.py): the MPA Request
 /// again in Full Operation. It frames as an FPDU of ULPDU_Length 0x4D50 whose header (ctrl
 /// `41 20`: RV 0) is complete in the 22 octets that follow. Nothing is placed or reported
 /// while the FPDU is incomplete (with CRC its header cannot be believed before the CRC is

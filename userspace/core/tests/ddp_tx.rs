@@ -252,7 +252,7 @@ fn every_kind_one_segment_header_fields() {
 
 #[test]
 fn header_bytes_match_the_rfc_layout() {
-    // The tshark proof's Write (WIRE.md §3a): 33-octet ULPDU, STag 0x12345678, TO 0x1000.
+    // A Write of a 33-octet ULPDU, STag 0x12345678, TO 0x1000.
     let mut tx = builder(false, true, 1454);
     let mut sink = VecTx::with_payload(&[0xAB; 19]);
     send_all(
@@ -687,7 +687,7 @@ impl TxSink for CountTx {
     }
 }
 
-/// RFC 5044 §4.5 / WIRE.md P6: for every EMSS 140..=65535, with markers on and off and at
+/// RFC 5044 §4.5: for every EMSS 140..=65535, with markers on and off and at
 /// several marker phases, every FPDU carries at most MULPDU octets of ULPDU and occupies at
 /// most EMSS octets on the wire.
 #[test]

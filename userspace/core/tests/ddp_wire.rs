@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Wire codec tests: DDP headers (RFC 5041 §4, §7.2) and the combined ULPDU header
-//! (`wire::ulpdu`), with byte vectors from the RFC figures, WIRE.md and the golden FPDUs.
+//! (`wire::ulpdu`), with byte vectors from the RFC figures and the golden FPDUs.
 
 use proptest::prelude::*;
 use rsiw_core::wire::ddp::{self, DdpError, Header, Segment, TaggedError, UntaggedError, Version};
@@ -231,7 +231,7 @@ fn ddp_error_codes_rfc5041_7_2() {
 
 #[test]
 fn first_two_octets_table() {
-    // WIRE.md §1.5: first two ULPDU octets when L=1 (RFC versions).
+    // The first two ULPDU octets when L=1 (RFC 5041 §4, RFC 5040 §4: DV 1, RV 1).
     let cases = [
         (Opcode::Write, "c140"),
         (Opcode::ReadRequest, "4141"),
@@ -502,7 +502,7 @@ fn bad_dv_is_reported_from_the_first_octet() {
 
 #[test]
 fn bad_rv() {
-    // WIRE.md §4 row 3: a repeated MPA Request parses as ctrl `41 20` (RV 0).
+    // A repeated MPA Request in Full Operation parses as ctrl `41 20` (RV 0).
     let e = err(&hex("4120"), Config::RFC);
     assert_eq!(e, ParseError::RdmapVersion(0));
     assert_eq!(

@@ -127,7 +127,7 @@ fn request_bytes_are_exact() {
         b"",
     )
     .unwrap();
-    // S, Rev 2, PD_Length 4, then A | IRD 16, C | D | ORD 16 (WIRE.md example).
+    // S, Rev 2, PD_Length 4, then A | IRD 16, C | D | ORD 16 (the RFC 6581 §9 layout).
     assert_eq!(&i.tx_pending()[16..], &hex("100200048010c010")[..]);
 }
 

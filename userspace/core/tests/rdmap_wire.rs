@@ -487,7 +487,7 @@ fn terminate_llp_crc_vector() {
 #[test]
 fn terminate_read_request_protection_vector() {
     // Remote protection error (invalid source STag) on a Read Request: M, D, R set and
-    // the whole offending ULPDU header echoed (RFC 5040 §7.2; WIRE.md §4 row 22).
+    // the whole offending ULPDU header echoed (RFC 5040 §7.2).
     let rr_hdr = hex("11223344 0000000000002000 00001000 55667788 00000000deadbeef");
     let ddp_hdr = hex("41 41 00000000 00000001 00000005 00000000");
     let ulpdu = [ddp_hdr.clone(), rr_hdr.clone()].concat();

@@ -87,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
         let used_a = drive(&mut a, rest, chunk, accept);
         let used_b = drive(&mut b, rest, 1, accept);
         // Octets after the Request and before the ULP accepted are a protocol violation
-        // (close, WIRE.md §4 row 2); whether they arrived "before" depends on where the
+        // (an improperly formatted startup: close, RFC 5044 §7.1.2); whether they arrived "before" depends on where the
         // chunk ended, so that outcome alone is timing dependent.
         let early = |s: &Startup| matches!(s.status(), Status::Failed(e) if e.reason == Reason::UnexpectedData);
         if early(&a) || early(&b) {

@@ -192,7 +192,7 @@ pub fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The golden vectors (a copy of shared/spec/vectors.json kept in the repository).
+/// The golden vectors (`tests/data/mpa_vectors.json`).
 pub fn vectors() -> serde_json::Value {
     let text = include_str!("../data/mpa_vectors.json");
     serde_json::from_str(text).unwrap()
