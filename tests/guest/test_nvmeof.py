@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Kernel consumer tests: NVMe over Fabrics (RDMA) through rsiw0, and a hostile peer
-against its kernel QPs and their DMA MRs (both roles).
+against its kernel QPs, their DMA MRs and their fast-registration MRs (both roles).
 
 An nvmet-rdma target exports a memory-backed null_blk namespace on rsiw0's address; nvme-rdma in the
 same guest connects to it through rsiw0 (loopback through the kernel's TCP stack), and fio
@@ -156,9 +156,11 @@ def test_nvme_rdma_fio_verify(nvmet_over_rdma):
 # nothing placed. The other FPDU classes of test_hostile.py that need no STag of the
 # consumer's (untagged buffers, versions, opcodes, framing, CRC, a TERMINATE mid-message)
 # run against the same kernel QPs; the Read Response classes run against the RDMA Read
-# nvmet-rdma issues for a Connect command's data; malformed MPA Requests and Replies meet
+# nvmet-rdma issues for a Connect command's data; the tagged classes (bounds, wrap, other
+# key, other PD, invalidated) meet the MR nvme-rdma registers for its Connect command's
+# data, with the peer as the host's NVMe target; malformed MPA Requests and Replies meet
 # nvmet's listener and the host's connect. KASAN and the kernel_clean fixture watch the
-# kernel (the debug kernel), and the stock kernel runs them too.
+# kernel (`make check` runs them on the debug kernel).
 PEER_PORT = 4421
 # A kernel direct-map address; rsiw must refuse it before it is ever resolved.
 KVA = 0xFFFF888000100000
@@ -509,4 +511,111 @@ def test_bad_mpa_replies_fail_the_nvme_host_connect(hostile_listener):
         if rc == 0:
             errs.append(f"{name}: the host's connect succeeded")
         wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
+    assert not errs, "\n".join(errs)
+
+
+def recv_fpdu(s):
+    """The next FPDU (no markers) from `s`, whole."""
+    head = recv_exact(s, 2)
+    ulen = int.from_bytes(head, "big")
+    return head + recv_exact(s, ulen + (-(2 + ulen)) % 4 + 4)
+
+
+def host_connect_command(s):
+    """Takes the host's Connect command (a Send on QN 0 carrying the 64-octet capsule) and
+    returns (command identifier, the keyed SGL's STag, address and length): the
+    fast-registration MR nvme-rdma made for the 1024 octets of connect data, which the
+    target is to read."""
+    f = recv_fpdu(s)
+    assert f[3] & 0x0F in (3, 5), f"not a Send: {f.hex()}"
+    capsule = f[20:84]
+    assert capsule[0] == 0x7F and capsule[4] == 0x01, f"not a Connect command: {capsule.hex()}"
+    cid = int.from_bytes(capsule[2:4], "little")
+    addr = int.from_bytes(capsule[24:32], "little")
+    length = int.from_bytes(capsule[32:35], "little")
+    key = int.from_bytes(capsule[35:39], "little")
+    assert capsule[39] >> 4 == 0x4, f"not a keyed SGL data block: {capsule.hex()}"
+    return cid, key, addr, length
+
+
+def nvme_completion(cid):
+    """A successful `struct nvme_completion` for command `cid` (controller ID 1)."""
+    return struct.pack("<QHHHH", 1, 0, 0, cid, 0)
+
+
+# (name, FPDUs given the host MR's (STag, address, length) and another PD's (STag, TO),
+# TERMINATE): the tagged classes against the MR nvme-rdma registered (local write, remote
+# read and write) for its Connect command's data. The other PD's STag is the sink of the
+# RDMA Read nvmet-rdma has outstanding on a connection of the peer's.
+HOST_MR_CASES = [
+    ("write_past_the_end", lambda m, o: write(m[0], m[1] + m[2] - 8, b"\xEE" * 16),
+     (1, 1, 0x01)),
+    ("write_before_the_start", lambda m, o: write(m[0], m[1] - 8, b"\xEE" * 16), (1, 1, 0x01)),
+    ("write_to_wraps", lambda m, o: write(m[0], (1 << 64) - 8, b"\xEE" * 16), (1, 1, 0x03)),
+    ("write_other_key", lambda m, o: write(m[0] ^ 0x01, m[1], b"\xEE" * 16), (1, 1, 0x00)),
+    ("read_past_the_end", lambda m, o: read_request(m[0], m[1] + m[2] - 8, 16), (0, 1, 0x01)),
+    ("read_request_to_wraps", lambda m, o: read_request(m[0], (1 << 64) - 8, 16),
+     (0, 1, 0x04)),
+    ("write_other_pd", lambda m, o: write(o[0], o[1], b"\xEE" * 16), (1, 1, 0x02)),
+    ("read_request_other_pd", lambda m, o: read_request(o[0], o[1], 16), (0, 1, 0x03)),
+    # The target invalidates the MR with the Connect command's completion (Send with
+    # Invalidate, as nvmet-rdma does), then writes to it.
+    ("write_invalidated",
+     lambda m, o: send_inv(m[0], nvme_completion(m[3])) + write(m[0], m[1], b"\xEE" * 16),
+     (1, 1, 0x00)),
+]
+
+
+def test_hostile_tagged_against_nvme_host(hostile_listener):
+    """The peer plays the NVMe target for nvme-rdma (rsiw as Initiator). The control: the
+    peer reads the Connect command's data from the host's MR with an RDMA Read and gets
+    it (the subsystem's NQN at offset 256). Then, on a connection each, Writes and Read
+    Requests outside that MR, with a TO that wraps, another key, another PD's STag
+    (nvmet's Read sink) and the MR after the peer invalidated it: one TERMINATE each with
+    the RFC's layer/etype/ecode, the connection closes, the host's connect fails."""
+    host = NvmeHost()
+    try:
+        s = take_mpa_request(hostile_listener)
+        s.sendall(mpa_frame(key=b"MPA ID Rep Frame", pd=nvme_mpa_private_data(True)))
+        cid, key, addr, length = host_connect_command(s)
+        assert length == 1024, length
+        s.sendall(read_request(key, addr, length))
+        f = recv_fpdu(s)
+        s.close()
+    finally:
+        host.rc()
+    assert f[2:4] == b"\xC1\x42", f"not a one-segment Read Response: {f.hex()}"
+    data = f[16:16 + int.from_bytes(f[:2], "big") - 14]
+    assert data[256:256 + len(NQN)] == NQN.encode(), data.hex()
+    wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
+
+    errs = []
+    for name, build, want in HOST_MR_CASES:
+        other = nvmet_conn()
+        try:
+            o_stag, o_to, _ = nvmet_read_request(other, 1)
+            host = NvmeHost()
+            try:
+                s = take_mpa_request(hostile_listener)
+                s.sendall(mpa_frame(key=b"MPA ID Rep Frame", pd=nvme_mpa_private_data(True)))
+                cid, key, addr, length = host_connect_command(s)
+                s.sendall(build((key, addr, length, cid), (o_stag, o_to)))
+                data = recv_all(s)
+                s.close()
+            finally:
+                rc = host.rc()
+        finally:
+            other.close()
+        frames = fpdus(data)
+        ops = [op for op, _ in frames]
+        if not ops or ops[-1] != 7 or ops.count(7) != 1:
+            errs.append(f"{name}: not one TERMINATE last, FPDUs {ops}")
+        else:
+            t = frames[-1][1]
+            got = (t[20] >> 4, t[20] & 0x0F, t[21])
+            if got != want:
+                errs.append(f"{name}: TERMINATE {got}, want {want}")
+        if rc == 0:
+            errs.append(f"{name}: the host's connect succeeded")
+        wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the PDs to go")
     assert not errs, "\n".join(errs)
