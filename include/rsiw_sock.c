@@ -142,32 +142,6 @@ int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to,
 	return skb_copy_bits(skb, offset, to, len) ? -EFAULT : 0;
 }
 
-int rsiw_skb_copy_to_page(const struct sk_buff *skb, unsigned int offset, struct page *page,
-			  unsigned int page_off, unsigned int len)
-{
-	void *dst;
-	int rv;
-
-	if (page_off > PAGE_SIZE || len > PAGE_SIZE - page_off)
-		return -EFAULT;
-	dst = kmap_local_page(page);
-	rv = skb_copy_bits(skb, offset, dst + page_off, len);
-	kunmap_local(dst);
-	return rv ? -EFAULT : 0;
-}
-
-u32 rsiw_crc32c_page(u32 crc, struct page *page, unsigned int page_off, unsigned int len)
-{
-	void *p;
-
-	if (page_off > PAGE_SIZE || len > PAGE_SIZE - page_off)
-		return crc;
-	p = kmap_local_page(page);
-	crc = crc32c(crc, p + page_off, len);
-	kunmap_local(p);
-	return crc;
-}
-
 int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more)
 {
 	struct msghdr msg = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0) };
@@ -239,11 +213,6 @@ int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
 int rsiw_sk_state(const struct socket *sock)
 {
 	return READ_ONCE(sock->sk->sk_state);
-}
-
-int rsiw_sk_err(const struct socket *sock)
-{
-	return READ_ONCE(sock->sk->sk_err);
 }
 
 unsigned int rsiw_tcp_mss(const struct socket *sock)

@@ -65,16 +65,6 @@ int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool 
 int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len);
 
 /*
- * Copies @len octets of @skb at @offset into @page at @page_off (which must not cross the
- * page), through a local kernel mapping.  0 or -EFAULT.
- */
-int rsiw_skb_copy_to_page(const struct sk_buff *skb, unsigned int offset, struct page *page,
-			  unsigned int page_off, unsigned int len);
-
-/* crc32c() over @len octets of @page at @page_off (within the page), through kmap_local. */
-u32 rsiw_crc32c_page(u32 crc, struct page *page, unsigned int page_off, unsigned int len);
-
-/*
  * Non-blocking sends.  Return the octets queued (possibly fewer than asked) or a negative
  * errno (-EAGAIN when the send buffer is full).  @more: more data follows (MSG_MORE).
  */
@@ -92,9 +82,8 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
 int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
 		  size_t *spliced);
 
-/* sk->sk_state (TCP_*), sk->sk_err, tcp_sk(sk)->mss_cache. */
+/* sk->sk_state (TCP_*), tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);
-int rsiw_sk_err(const struct socket *sock);
 unsigned int rsiw_tcp_mss(const struct socket *sock);
 
 /* TCP_NODELAY on, SO_REUSEADDR on (listeners); keepalive left as configured. */

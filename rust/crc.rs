@@ -1,34 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! CRC32c for the protocol core (RFC 5044 §6), computed by the kernel's `crc32c()` library
-//! function, with a KUnit differential test against the RFC 3720 Appendix B.4 vectors, the
-//! CRC32c check value and residue, and RFC 5044 Figure 5.
-
-use crate::wire::crc::Crc32c;
-
-/// The kernel's CRC32c: `crc32c(crc, data, len)` from `<linux/crc32.h>`.
-#[cfg_attr(
-    not(CONFIG_KUNIT = "y"),
-    expect(
-        dead_code,
-        reason = "the MPA data path (not yet wired) is its user; KUnit tests it"
-    )
-)]
-pub(crate) struct KernelCrc32c;
-
-impl Crc32c for KernelCrc32c {
-    fn update(&self, crc: u32, data: &[u8]) -> u32 {
-        crate::sys::crc32c(crc, data)
-    }
-}
+//! KUnit suite `rsiw_crc32c`: the kernel's `crc32c()` library function, which the data path
+//! folds into the MPA CRC (RFC 5044 §6) through [`crate::sys::crc32c`], checked against the
+//! RFC 3720 Appendix B.4 vectors, the CRC32c check value and residue, and RFC 5044 Figure 5.
 
 #[kernel::prelude::kunit_tests(rsiw_crc32c)]
 mod tests {
-    use super::KernelCrc32c;
-    use crate::wire::crc::{finish, Crc32c, CRC32C_RESIDUE};
+    use crate::wire::crc::{finish, CRC32C_RESIDUE, CRC32C_SEED};
 
     fn crc(data: &[u8]) -> u32 {
-        finish(KernelCrc32c.update(KernelCrc32c::SEED, data))
+        finish(crate::sys::crc32c(CRC32C_SEED, data))
     }
 
     #[test]

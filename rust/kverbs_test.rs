@@ -2,7 +2,7 @@
 
 //! KUnit suite `rsiw_kverbs`: rsiw's verbs as a kernel consumer sees them, through the
 //! RDMA core (`ib_alloc_pd`, `ib_create_qp`, `ib_post_send`, `ib_poll_cq`, `ib_drain_qp`,
-//! `ib_alloc_mr`, `ib_map_mr_sg`, ...), and the interface the transport slice builds on:
+//! `ib_alloc_mr`, `ib_map_mr_sg`, ...), and the interfaces the connection uses inside rsiw:
 //! the connection manager's state setters, the TX and RX paths' WQE functions and the
 //! STag lookup. Each test creates an rsiw device on the loopback netdev and removes it.
 //!

@@ -89,10 +89,7 @@ impl Mem {
     /// The protection domain.
     #[cfg_attr(
         not(CONFIG_KUNIT = "y"),
-        expect(
-            dead_code,
-            reason = "REG_MR work requests (not yet accepted) will use it; KUnit tests it"
-        )
+        expect(dead_code, reason = "only the KUnit suite asks an MR for its PD")
     )]
     pub(crate) fn pd(&self) -> PdId {
         self.pd

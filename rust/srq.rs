@@ -4,7 +4,7 @@
 //!
 //! An SRQ is a ring of `struct siw_rqe`. User space posts by writing an RQE and storing its
 //! flags (`SIW_WQE_VALID`) atomically; kernel consumers post through `post_srq_recv`. The
-//! RX path (transport slice) consumes RQEs with [`Srq::take_rqe`], which also checks the
+//! RX path consumes RQEs with [`Srq::take_rqe`], which also checks the
 //! armed limit: when fewer RQEs than the limit remain posted, the consumer gets
 //! `IB_EVENT_SRQ_LIMIT_REACHED` once and must re-arm with `modify_srq(IB_SRQ_LIMIT)`.
 //!

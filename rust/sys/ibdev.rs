@@ -249,8 +249,7 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.dealloc_driver = Some(Self::dealloc_driver_c);
         ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats_c);
         ops.get_hw_stats = Some(Self::get_hw_stats_c);
-        // iw_cm calls these without checking for NULL: until rsiw has a connection
-        // manager they refuse with -EOPNOTSUPP.
+        // iw_cm calls these without checking for NULL.
         ops.iw_connect = Some(Self::iw_connect_c);
         ops.iw_accept = Some(Self::iw_accept_c);
         ops.iw_reject = Some(Self::iw_reject_c);

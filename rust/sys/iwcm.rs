@@ -197,29 +197,22 @@ impl<T: DeviceOps> CmId<T> {
         Phase::from_u8(self.phase.load(Ordering::Acquire))
     }
 
-    /// The id's local address, as the consumer named it (`local_addr`).
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) fn local_addr(&self) -> SockAddr {
-        // SAFETY: valid id (invariant); the addresses are set before the provider is called
-        // and not changed while it holds the id.
-        SockAddr::from_storage(unsafe { &(*self.ptr.as_ptr()).local_addr })
-    }
-
     /// The address to bind or listen on (`m_local_addr`: after port mapping).
     pub(crate) fn mapped_local_addr(&self) -> SockAddr {
-        // SAFETY: as for `local_addr`.
+        // SAFETY: valid id (invariant); the addresses are set before the provider is called
+        // and not changed while it holds the id.
         SockAddr::from_storage(unsafe { &(*self.ptr.as_ptr()).m_local_addr })
     }
 
     /// The address to connect to (`m_remote_addr`: after port mapping).
     pub(crate) fn mapped_remote_addr(&self) -> SockAddr {
-        // SAFETY: as for `local_addr`.
+        // SAFETY: as for `mapped_local_addr`.
         SockAddr::from_storage(unsafe { &(*self.ptr.as_ptr()).m_remote_addr })
     }
 
     /// Whether an IPv6 listener must not accept IPv4 (`afonly`).
     pub(crate) fn afonly(&self) -> bool {
-        // SAFETY: as for `local_addr`.
+        // SAFETY: as for `mapped_local_addr`.
         unsafe { b::rsiw_iw_cm_id_afonly(self.ptr.as_ptr()) }
     }
 

@@ -43,9 +43,6 @@ pub(crate) mod tcp_state {
     pub(crate) const CLOSE: i32 = 7;
     /// The peer closed its side (FIN received).
     pub(crate) const CLOSE_WAIT: i32 = 8;
-    /// Listening.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) const LISTEN: i32 = 10;
 }
 
 /// An IPv4 or IPv6 socket address (`struct sockaddr_storage`, addresses and ports in
@@ -172,15 +169,6 @@ impl Socket {
         unsafe { b::rsiw_sk_hold_net(sock.as_ptr()) };
         // INVARIANT: just created, TCP.
         Ok(Self { sock, attach: None })
-    }
-
-    /// The socket as events see it.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) fn as_ref(&self) -> SockRef<'_> {
-        SockRef {
-            sock: self.sock,
-            _p: PhantomData,
-        }
     }
 
     /// Binds to `addr` (port 0: an ephemeral port).
@@ -384,13 +372,6 @@ impl SockOps {
         unsafe { b::rsiw_sk_state(self.0.as_ptr()) }
     }
 
-    /// The pending socket error (positive errno, 0 for none).
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) fn error(&self) -> i32 {
-        // SAFETY: valid socket (invariant).
-        unsafe { b::rsiw_sk_err(self.0.as_ptr()) }
-    }
-
     /// The current TCP MSS (octets of TCP payload per segment).
     pub(crate) fn mss(&self) -> u32 {
         // SAFETY: valid socket (invariant).
@@ -554,30 +535,6 @@ impl SkbChunk<'_> {
         })
     }
 
-    /// Copies `len` octets starting `at` octets into the chunk to `page` at `page_off`
-    /// (the range must not cross the page).
-    ///
-    /// # Safety
-    ///
-    /// `page` is a valid page the caller may write.
-    ///
-    /// # Errors
-    ///
-    /// `EFAULT` if a range leaves the chunk or the page.
-    #[expect(dead_code, reason = "used by the transport (data-path slice)")]
-    pub(crate) unsafe fn copy_to_page(
-        &self,
-        at: usize,
-        page: *mut b::page,
-        page_off: u32,
-        len: u32,
-    ) -> Result {
-        let off = self.range(at, len as usize)?;
-        // SAFETY: `skb` holds the range; `page` per the caller's contract; the shim checks
-        // the page range.
-        to_result(unsafe { b::rsiw_skb_copy_to_page(self.skb, off, page, page_off, len) })
-    }
-
     fn range(&self, at: usize, len: usize) -> Result<u32> {
         match at.checked_add(len) {
             Some(end) if end <= self.len => u32::try_from(at)
@@ -587,18 +544,6 @@ impl SkbChunk<'_> {
             _ => Err(EFAULT),
         }
     }
-}
-
-/// CRC32c (kernel library) over `len` octets of `page` at `page_off` (within the page),
-/// continuing `crc`.
-///
-/// # Safety
-///
-/// `page` is a valid page.
-#[expect(dead_code, reason = "used by the transport (data-path slice)")]
-pub(crate) unsafe fn crc32c_page(crc: u32, page: *mut b::page, page_off: u32, len: u32) -> u32 {
-    // SAFETY: per the caller's contract; the shim checks the range.
-    unsafe { b::rsiw_crc32c_page(crc, page, page_off, len) }
 }
 
 /// The `tcp_read_sock()` actor of [`SockOps::read`].
