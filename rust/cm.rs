@@ -30,6 +30,7 @@ use crate::engine::startup::{Action, Config, EnhancedConfig, Mode, Startup, Stat
 use crate::engine::stream::TxSink;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
+use crate::sys::pr_warn_ratelimited;
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
 use crate::sys::Live;
 use crate::wire::mpa::RtrSet;
@@ -199,9 +200,7 @@ impl Listener {
         }
         sock.set_v6only(id.afonly());
         sock.bind(&addr).inspect_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("listen: bind failed ({e:?})\n");
-            }
+            pr_warn_ratelimited!("listen: bind failed ({e:?})\n");
         })?;
         let l = Arc::pin_init(
             pin_init!(Self {
@@ -263,16 +262,12 @@ impl Listener {
             match sock.accept() {
                 Ok(Some(child)) => {
                     if let Err(e) = Cep::passive(this.clone(), child, sock) {
-                        if crate::sys::ratelimit() {
-                            pr_warn!("listen: dropping a connection ({e:?})\n");
-                        }
+                        pr_warn_ratelimited!("listen: dropping a connection ({e:?})\n");
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    if crate::sys::ratelimit() {
-                        pr_warn!("listen: accept failed ({e:?})\n");
-                    }
+                    pr_warn_ratelimited!("listen: accept failed ({e:?})\n");
                     break;
                 }
             }
@@ -427,9 +422,7 @@ impl Cep {
     /// private data; the Reply is handled by the work item, which reports CONNECT_REPLY.
     pub(crate) fn connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
         Self::do_connect(dev, id, param).inspect_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("connect: failed ({e:?})\n");
-            }
+            pr_warn_ratelimited!("connect: failed ({e:?})\n");
         })
     }
 
@@ -439,9 +432,7 @@ impl Cep {
         let ord = param.ord.min(MAX_IRD_ORD);
         let cfg = startup_config(ird, ord);
         let startup = Startup::initiator(cfg, &param.private_data).map_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("connect: MPA Request refused ({e:?})\n");
-            }
+            pr_warn_ratelimited!("connect: MPA Request refused ({e:?})\n");
             EINVAL
         })?;
         let startup = KBox::new(startup, GFP_KERNEL)?;
@@ -449,14 +440,10 @@ impl Cep {
         let mut sock = Socket::tcp(ndev.net(), remote.family())?;
         let local = id.mapped_local_addr();
         sock.bind(&local).inspect_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("connect: bind failed ({e:?})\n");
-            }
+            pr_warn_ratelimited!("connect: bind failed ({e:?})\n");
         })?;
         sock.connect(&remote).inspect_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("connect: TCP connect failed ({e:?})\n");
-            }
+            pr_warn_ratelimited!("connect: TCP connect failed ({e:?})\n");
         })?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
         let cep = Self::new(State::AwaitReply, Some(id), None)?;
@@ -507,9 +494,7 @@ impl Cep {
 
     fn do_accept(this: &Arc<Self>, g: &mut Inner, id: CmId<Device>, param: &ConnParam) -> Result {
         if id.qp_ref(param.qpn).is_none() {
-            if crate::sys::ratelimit() {
-                pr_warn!("accept: no QP {}\n", param.qpn);
-            }
+            pr_warn_ratelimited!("accept: no QP {}\n", param.qpn);
             return Err(EINVAL);
         }
         let ird = param.ird.min(MAX_IRD_ORD);
@@ -517,9 +502,7 @@ impl Cep {
         let st = g.startup.as_mut().ok_or(EINVAL)?;
         st.set_local_ird_ord(ird as u16, ord as u16);
         st.accept(&param.private_data).map_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_warn!("accept: MPA Reply refused ({e:?})\n");
-            }
+            pr_warn_ratelimited!("accept: MPA Reply refused ({e:?})\n");
             EINVAL
         })?;
         Self::flush_tx(g).map_err(|_| ECONNRESET)?;
@@ -539,9 +522,7 @@ impl Cep {
                 Ok(())
             }
             other => {
-                if crate::sys::ratelimit() {
-                    pr_warn!("accept: MPA startup did not complete ({other:?})\n");
-                }
+                pr_warn_ratelimited!("accept: MPA startup did not complete ({other:?})\n");
                 Err(EINVAL)
             }
         }
@@ -773,16 +754,12 @@ impl Cep {
         }
         match g.state {
             State::AwaitRequest => {
-                if crate::sys::ratelimit() {
-                    pr_warn!("listen: no MPA Request within mpa_timeout_ms, closing\n");
-                }
+                pr_warn_ratelimited!("listen: no MPA Request within mpa_timeout_ms, closing\n");
                 Self::close_locked(this, g);
                 true
             }
             State::AwaitReply => {
-                if crate::sys::ratelimit() {
-                    pr_warn!("connect: no MPA Reply within mpa_timeout_ms\n");
-                }
+                pr_warn_ratelimited!("connect: no MPA Reply within mpa_timeout_ms\n");
                 let addrs = g.addrs;
                 Self::close_locked(this, g);
                 if let Some(id) = g.id.take() {
@@ -800,9 +777,7 @@ impl Cep {
                 true
             }
             State::AwaitRtr => {
-                if crate::sys::ratelimit() {
-                    pr_warn!("accept: no Rtr frame within mpa_timeout_ms\n");
-                }
+                pr_warn_ratelimited!("accept: no Rtr frame within mpa_timeout_ms\n");
                 Self::fail_accepted(this, g);
                 true
             }
@@ -848,9 +823,7 @@ impl Cep {
                 }
                 Status::AwaitingRequest => {}
                 other => {
-                    if crate::sys::ratelimit() {
-                        pr_warn!("MPA startup (responder) ended: {other:?}\n");
-                    }
+                    pr_warn_ratelimited!("MPA startup (responder) ended: {other:?}\n");
                     Self::close_locked(this, g)
                 }
             },
@@ -861,9 +834,7 @@ impl Cep {
                     Status::Established => match Self::connected(g) {
                         Ok(()) => return,
                         Err(e) => {
-                            if crate::sys::ratelimit() {
-                                pr_warn!("connect: cannot start the transport ({e:?})\n");
-                            }
+                            pr_warn_ratelimited!("connect: cannot start the transport ({e:?})\n");
                             (e.to_errno(), KVec::new())
                         }
                     },
@@ -879,9 +850,7 @@ impl Cep {
                         (-(crate::sys::bindings::ECONNREFUSED as i32), v)
                     }
                     other => {
-                        if crate::sys::ratelimit() {
-                            pr_warn!("MPA startup (initiator) ended: {other:?}\n");
-                        }
+                        pr_warn_ratelimited!("MPA startup (initiator) ended: {other:?}\n");
                         Self::send_startup_terminate(g);
                         (-(crate::sys::bindings::ECONNRESET as i32), KVec::new())
                     }
@@ -900,25 +869,21 @@ impl Cep {
                     let _ = id.event(&ev);
                 }
             }
-            State::AwaitRtr => {
-                match Self::receive(g) {
-                    Status::AwaitingRtr => {}
-                    Status::Established => {
-                        if let Err(e) = Self::passive_established(g) {
-                            if crate::sys::ratelimit() {
-                                pr_warn!("accept: cannot start the transport ({e:?})\n");
-                            }
-                            Self::fail_accepted(this, g);
-                        }
-                    }
-                    other => {
-                        if crate::sys::ratelimit() {
-                            pr_warn!("MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n");
-                        }
+            State::AwaitRtr => match Self::receive(g) {
+                Status::AwaitingRtr => {}
+                Status::Established => {
+                    if let Err(e) = Self::passive_established(g) {
+                        pr_warn_ratelimited!("accept: cannot start the transport ({e:?})\n");
                         Self::fail_accepted(this, g);
                     }
                 }
-            }
+                other => {
+                    pr_warn_ratelimited!(
+                        "MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n"
+                    );
+                    Self::fail_accepted(this, g);
+                }
+            },
             State::AwaitAccept => {
                 if matches!(
                     g.sock.as_ref().map(|s| s.state()),

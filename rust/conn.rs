@@ -58,6 +58,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::obj::PdId;
+use crate::sys::pr_warn_ratelimited;
 use crate::sys::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
 use crate::sys::Live;
 use crate::wire::terminate::TermCause;
@@ -456,9 +457,9 @@ impl Conn {
                         Close::PeerTerminated(_) => Reason::Terminated,
                         Close::Terminated(cause) => Reason::of_terminate(&cause),
                         Close::TerminateTimedOut(cause) => {
-                            if crate::sys::ratelimit() {
-                                pr_warn!("connection: TERMINATE not sent within mpa_timeout_ms, closing\n");
-                            }
+                            pr_warn_ratelimited!(
+                                "connection: TERMINATE not sent within mpa_timeout_ms, closing\n"
+                            );
                             Reason::of_terminate(&cause)
                         }
                     };

@@ -21,6 +21,7 @@ use crate::sys::obj::IbCq;
 use crate::sys::ring::{cqe_inval_stag, cqe_qp, Ring};
 use crate::sys::udata::UserResponse;
 use crate::sys::Pod;
+use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
@@ -95,9 +96,7 @@ impl Notify {
     /// calls its completion handler, as due.
     pub(crate) fn deliver(self, cq: &IbCq<Cq>) {
         if self.overflow {
-            if crate::sys::ratelimit() {
-                pr_warn!("CQ overflow: the consumer did not reap completions in time\n");
-            }
+            pr_warn_ratelimited!("CQ overflow: the consumer did not reap completions in time\n");
             cq.dispatch_event(b::ib_event_type_IB_EVENT_CQ_ERR);
         }
         if self.comp {
@@ -167,25 +166,21 @@ impl Cq {
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<(u32, impl PinInit<Self, Error>)> {
         if attr.flags != 0 {
-            if crate::sys::ratelimit() {
-                pr_err!("create_cq: flags {:#x} are not supported\n", attr.flags);
-            }
+            pr_err_ratelimited!("create_cq: flags {:#x} are not supported\n", attr.flags);
             return Err(EOPNOTSUPP);
         }
         if attr.cqe == 0 || attr.cqe > MAX_CQE {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n",
-                    attr.cqe
-                );
-            }
+            pr_err_ratelimited!(
+                "create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n",
+                attr.cqe
+            );
             return Err(EINVAL);
         }
         let limit = crate::module_parameters::max_cq.value();
         if !take_slot(&dev.cqs, limit) {
-            if crate::sys::ratelimit() {
-                pr_err!("create_cq: CQ limit reached ({limit}); see module parameter max_cq\n");
-            }
+            pr_err_ratelimited!(
+                "create_cq: CQ limit reached ({limit}); see module parameter max_cq\n"
+            );
             return Err(ENOMEM);
         }
         let slot = crate::device::SlotGuard::new(&dev.cqs);

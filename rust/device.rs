@@ -17,6 +17,7 @@ use crate::sys::kmem::KernelConsumer;
 use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
 use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
+use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
 use crate::sys::verbs::QpInit;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
@@ -248,11 +249,9 @@ impl DeviceOps for Device {
     fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
         let limit = crate::module_parameters::max_ucontext.value();
         if !take_slot(&dev.ucontexts, limit) {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "user context limit reached ({limit}); see module parameter max_ucontext\n"
-                );
-            }
+            pr_err_ratelimited!(
+                "user context limit reached ({limit}); see module parameter max_ucontext\n"
+            );
             return Err(ENOMEM);
         }
         let r = resp.write(&b::siw_uresp_alloc_ctx { dev_id: 0, pad: 0 });
@@ -269,9 +268,9 @@ impl DeviceOps for Device {
     fn alloc_pd(dev: &IbDevice<Self>) -> Result {
         let limit = crate::module_parameters::max_pd.value();
         if !take_slot(&dev.pds, limit) {
-            if crate::sys::ratelimit() {
-                pr_err!("protection domain limit reached ({limit}); see module parameter max_pd\n");
-            }
+            pr_err_ratelimited!(
+                "protection domain limit reached ({limit}); see module parameter max_pd\n"
+            );
             return Err(ENOMEM);
         }
         Ok(())
@@ -477,16 +476,16 @@ impl LinkHandler for Link {
         let ifname = BStr::from_bytes(ndev.name());
         let ty = u32::from(ndev.link_type());
         if ty != b::ARPHRD_ETHER && ty != b::ARPHRD_IEEE802 && ty != b::ARPHRD_LOOPBACK {
-            if crate::sys::ratelimit() {
-                pr_err!("{name}: netdev {ifname} has link type {ty}, rsiw needs Ethernet\n");
-            }
+            pr_err_ratelimited!(
+                "{name}: netdev {ifname} has link type {ty}, rsiw needs Ethernet\n"
+            );
             return Err(EINVAL);
         }
         let taken = crate::sys::ibdev::with_device_of::<Device>(ndev, |_| ());
         if taken {
-            if crate::sys::ratelimit() {
-                pr_err!("{name}: netdev {ifname} already has a soft-iWARP device (rsiw or siw)\n");
-            }
+            pr_err_ratelimited!(
+                "{name}: netdev {ifname} already has a soft-iWARP device (rsiw or siw)\n"
+            );
             return Err(EEXIST);
         }
         let mac = ndev.mac().unwrap_or([0; 6]);
@@ -508,12 +507,10 @@ impl LinkHandler for Link {
         dev.set_identity(eui64(mac), NODE_DESC, 1);
         dev.set_netdev(ndev)?;
         dev.register(name).inspect_err(|e| {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "{name}: registration on {ifname} failed ({})\n",
-                    e.to_errno()
-                );
-            }
+            pr_err_ratelimited!(
+                "{name}: registration on {ifname} failed ({})\n",
+                e.to_errno()
+            );
         })?;
         pr_info!(
             "{name}: created on netdev {ifname} (ifindex {})\n",

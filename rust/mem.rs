@@ -22,6 +22,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::kmem::{KernelConsumer, Kva};
 use crate::sys::obj::{IbMr, PdId};
+use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
 use crate::sys::umem::UMem;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -267,9 +268,7 @@ impl Device {
 
 #[track_caller]
 fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
-    if crate::sys::ratelimit() {
-        pr_err!("{what}\n");
-    }
+    pr_err_ratelimited!("{what}\n");
     e
 }
 

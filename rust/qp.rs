@@ -33,6 +33,7 @@ use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
+use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::Ring;
 use crate::sys::udata::UserResponse;
 use crate::sys::verbs::QpInit;
@@ -106,9 +107,7 @@ pub(crate) struct Qp {
 /// Logs `what` (rate-limited) for QP `qpn` and returns `EINVAL`.
 #[track_caller]
 fn invalid(qpn: u32, what: core::fmt::Arguments<'_>) -> Error {
-    if crate::sys::ratelimit() {
-        pr_err!("QP {qpn}: {what}\n");
-    }
+    pr_err_ratelimited!("QP {qpn}: {what}\n");
     EINVAL
 }
 
@@ -139,21 +138,17 @@ impl Qp {
         } = init;
         let user = udata.is_some();
         if attr.create_flags != 0 {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "create_qp: create_flags {:#x} are not supported\n",
-                    attr.create_flags
-                );
-            }
+            pr_err_ratelimited!(
+                "create_qp: create_flags {:#x} are not supported\n",
+                attr.create_flags
+            );
             return Err(EOPNOTSUPP);
         }
         if attr.qp_type != b::ib_qp_type_IB_QPT_RC {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
-                    attr.qp_type
-                );
-            }
+            pr_err_ratelimited!(
+                "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+                attr.qp_type
+            );
             return Err(EOPNOTSUPP);
         }
         let cap = attr.cap;
@@ -197,9 +192,9 @@ impl Qp {
         };
         let limit = crate::module_parameters::max_qp.value();
         if !take_slot(&dev.qps_count, limit) {
-            if crate::sys::ratelimit() {
-                pr_err!("create_qp: QP limit reached ({limit}); see module parameter max_qp\n");
-            }
+            pr_err_ratelimited!(
+                "create_qp: QP limit reached ({limit}); see module parameter max_qp\n"
+            );
             return Err(ENOMEM);
         }
         let slot = SlotGuard::new(&dev.qps_count);

@@ -17,6 +17,7 @@ use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
 use crate::sys::obj::IbSrq;
+use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::Ring;
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, WrList};
@@ -49,9 +50,7 @@ pub(crate) struct Srq {
 
 #[track_caller]
 fn invalid(what: core::fmt::Arguments<'_>) -> Error {
-    if crate::sys::ratelimit() {
-        pr_err!("SRQ: {what}\n");
-    }
+    pr_err_ratelimited!("SRQ: {what}\n");
     EINVAL
 }
 
@@ -73,12 +72,10 @@ impl Srq {
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<impl PinInit<Self, Error>> {
         if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
-            if crate::sys::ratelimit() {
-                pr_err!(
-                    "create_srq: SRQ type {} is not supported (basic SRQs only)\n",
-                    init.srq_type
-                );
-            }
+            pr_err_ratelimited!(
+                "create_srq: SRQ type {} is not supported (basic SRQs only)\n",
+                init.srq_type
+            );
             return Err(EOPNOTSUPP);
         }
         let a = init.attr;
@@ -102,9 +99,9 @@ impl Srq {
         }
         let limit = crate::module_parameters::max_srq.value();
         if !take_slot(&dev.srqs, limit) {
-            if crate::sys::ratelimit() {
-                pr_err!("create_srq: SRQ limit reached ({limit}); see module parameter max_srq\n");
-            }
+            pr_err_ratelimited!(
+                "create_srq: SRQ limit reached ({limit}); see module parameter max_srq\n"
+            );
             return Err(ENOMEM);
         }
         let slot = SlotGuard::new(&dev.srqs);
@@ -150,9 +147,7 @@ impl Srq {
     /// size. Each logs its cause (rate-limited).
     pub(crate) fn modify(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
         if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
-            if crate::sys::ratelimit() {
-                pr_err!("modify_srq: resizing an SRQ is not supported\n");
-            }
+            pr_err_ratelimited!("modify_srq: resizing an SRQ is not supported\n");
             return Err(EOPNOTSUPP);
         }
         if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {

@@ -27,6 +27,7 @@ use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::kmem::crc32c_kva;
 use crate::sys::obj::PdId;
+use crate::sys::pr_warn_ratelimited;
 use crate::sys::socket::{SkbChunk, SockOps};
 use crate::wire::rdmap::RdmapError;
 use crate::wire::terminate::TermCause;
@@ -111,17 +112,13 @@ impl RxSide {
         if wake {
             match session.state() {
                 SessionState::TerminateDue { term, .. } => {
-                    if crate::sys::ratelimit() {
-                        pr_warn!(
-                            "connection: protocol error, sending TERMINATE ({:?})\n",
-                            term
-                        );
-                    }
+                    pr_warn_ratelimited!(
+                        "connection: protocol error, sending TERMINATE ({:?})\n",
+                        term
+                    );
                 }
                 SessionState::Closed(Close::PeerTerminated(t)) => {
-                    if crate::sys::ratelimit() {
-                        pr_warn!("connection: the peer sent TERMINATE ({:?})\n", t);
-                    }
+                    pr_warn_ratelimited!("connection: the peer sent TERMINATE ({:?})\n", t);
                     dev.count(Stat::TerminateReceived, 1);
                 }
                 _ => {}

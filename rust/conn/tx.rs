@@ -19,6 +19,7 @@ use crate::sys::ibdev::QpRef;
 use crate::sys::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::obj::PdId;
 use crate::sys::socket::SockOps;
+use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::mpa::RtrType;
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
 use crate::wire::terminate::TermCause;
@@ -221,9 +222,7 @@ impl Conn {
             }
             budget -= 1;
             if let Err(e) = Self::build_fpdu(this, g) {
-                if crate::sys::ratelimit() {
-                    pr_err!("connection: cannot build an FPDU ({e:?})\n");
-                }
+                pr_err_ratelimited!("connection: cannot build an FPDU ({e:?})\n");
                 Self::close_locked(this, g, Reason::Reset);
                 return false;
             }
@@ -425,23 +424,19 @@ impl Conn {
         let dev = qp.device();
         let r = if u32::from(w.opcode) == b::siw_opcode_SIW_OP_INVAL_STAG {
             dev.invalidate_stag(w.rkey, pd).map_err(|e| {
-                if crate::sys::ratelimit() {
-                    pr_warn!(
-                        "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
-                        qp.qp().qpn(),
-                        w.rkey
-                    );
-                }
+                pr_warn_ratelimited!(
+                    "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
+                    qp.qp().qpn(),
+                    w.rkey
+                );
             })
         } else {
             dev.fast_register(w.rkey, pd, w.access()).map_err(|e| {
-                if crate::sys::ratelimit() {
-                    pr_warn!(
-                        "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
-                        qp.qp().qpn(),
-                        w.rkey
-                    );
-                }
+                pr_warn_ratelimited!(
+                    "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
+                    qp.qp().qpn(),
+                    w.rkey
+                );
             })
         };
         let status = if r.is_ok() {
@@ -502,12 +497,10 @@ impl Conn {
             // Resumed when a Read Response completes an outstanding Read.
             Admit::Wait => return false,
             Admit::Refuse => {
-                if crate::sys::ratelimit() {
-                    pr_warn!(
-                        "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
-                        qp.qp().qpn()
-                    );
-                }
+                pr_warn_ratelimited!(
+                    "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
+                    qp.qp().qpn()
+                );
                 return fail(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
             }
             Admit::Go => {}

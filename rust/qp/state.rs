@@ -22,6 +22,7 @@ use super::{invalid, Pos, Qp, VALID};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
 use crate::sys::obj::IbQp;
+use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::{Ring, RingElem};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -275,9 +276,9 @@ impl Qp {
     pub(crate) fn modify(qp: &IbQp<Qp>, attr: &b::ib_qp_attr, mask: u32) -> Result {
         let qpn = qp.qpn();
         if mask & !STANDARD_BITS != 0 {
-            if crate::sys::ratelimit() {
-                pr_err!("QP {qpn}: modify_qp attribute mask {mask:#x} has unsupported bits\n");
-            }
+            pr_err_ratelimited!(
+                "QP {qpn}: modify_qp attribute mask {mask:#x} has unsupported bits\n"
+            );
             return Err(EOPNOTSUPP);
         }
         if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 && attr.qp_state == b::ib_qp_state_IB_QPS_SQD

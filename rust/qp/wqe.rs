@@ -31,6 +31,7 @@ use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::obj::IbQp;
+use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::{sqe_raddr, sqe_sges};
 use kernel::prelude::*;
 
@@ -349,14 +350,12 @@ impl Qp {
             }; MAX_SGE as usize],
         };
         Self::complete_sqe(qp, &wqe, b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR as u16, 0)?;
-        if crate::sys::ratelimit() {
-            pr_err!(
-                "QP {}: malformed send WQE {} ({:?})\n",
-                qp.qpn(),
-                bad.id,
-                bad.reason
-            );
-        }
+        pr_err_ratelimited!(
+            "QP {}: malformed send WQE {} ({:?})\n",
+            qp.qpn(),
+            bad.id,
+            bad.reason
+        );
         Ok(())
     }
 

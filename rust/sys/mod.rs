@@ -114,6 +114,27 @@ pub(crate) fn ratelimit() -> bool {
     unsafe { bindings::rsiw_ratelimit(h) }
 }
 
+/// `pr_warn!` when [`ratelimit`] allows it for this call site: for what a peer or a user
+/// can trigger at will (bad arguments, hostile frames), so that it cannot flood the log.
+macro_rules! pr_warn_ratelimited {
+    ($($arg:tt)*) => {
+        if $crate::sys::ratelimit() {
+            ::kernel::pr_warn!($($arg)*);
+        }
+    };
+}
+pub(crate) use pr_warn_ratelimited;
+
+/// `pr_err!` when [`ratelimit`] allows it for this call site (see [`pr_warn_ratelimited`]).
+macro_rules! pr_err_ratelimited {
+    ($($arg:tt)*) => {
+        if $crate::sys::ratelimit() {
+            ::kernel::pr_err!($($arg)*);
+        }
+    };
+}
+pub(crate) use pr_err_ratelimited;
+
 /// Folds `data` into the running CRC32c value `crc` with the kernel's `crc32c()`.
 pub(crate) fn crc32c(crc: u32, data: &[u8]) -> u32 {
     // SAFETY: `data` is valid for reads of `data.len()` octets.

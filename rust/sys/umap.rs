@@ -14,6 +14,7 @@
 use super::bindings;
 use super::ring::VBuf;
 use super::udata::UserResponse;
+use crate::sys::pr_err_ratelimited;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -98,9 +99,7 @@ pub(super) unsafe extern "C" fn mmap_c(
     // the length against the entry and returns it with a reference, or null.
     let base = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
     if base.is_null() {
-        if super::ratelimit() {
-            pr_err!("mmap: no ring at this offset and length\n");
-        }
+        pr_err_ratelimited!("mmap: no ring at this offset and length\n");
         return EINVAL.to_errno();
     }
     // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by `MmapEntry::insert`)

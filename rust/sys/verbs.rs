@@ -16,6 +16,7 @@ use super::kmem::KernelConsumer;
 use super::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, Obj, PdId, SrqRef};
 use super::udata::UserResponse;
 use super::wr::{PostError, RecvWr, SendWr, WrList};
+use crate::sys::pr_err_ratelimited;
 use core::mem::MaybeUninit;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
@@ -160,9 +161,7 @@ impl<T: DeviceOps> IbDevice<T> {
             )
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
-            if super::ratelimit() {
-                pr_err!("create_qp: a QP needs a send CQ and a receive CQ\n");
-            }
+            pr_err_ratelimited!("create_qp: a QP needs a send CQ and a receive CQ\n");
             return EINVAL.to_errno();
         };
         let qpn = match dev.qps.reserve(QPN_MIN, QPN_MAX) {
