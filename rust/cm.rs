@@ -738,10 +738,7 @@ impl Cep {
                 ord: 0,
             };
             let _ = id.event(&est);
-            let _ = id.event(&CmEvent::simple(
-                CmEventKind::Close,
-                -(crate::sys::bindings::ECONNRESET as i32),
-            ));
+            let _ = id.event(&CmEvent::simple(CmEventKind::Close, ECONNRESET.to_errno()));
         }
     }
 
@@ -763,7 +760,7 @@ impl Cep {
                 let addrs = g.addrs;
                 Self::close_locked(this, g);
                 if let Some(id) = g.id.take() {
-                    let code = -(crate::sys::bindings::ETIMEDOUT as i32);
+                    let code = ETIMEDOUT.to_errno();
                     let ev = CmEvent {
                         kind: CmEventKind::ConnectReply,
                         status: code,
@@ -847,12 +844,12 @@ impl Cep {
                             .unwrap_or(&[]);
                         let mut v = KVec::new();
                         let _ = v.extend_from_slice(pd, GFP_KERNEL);
-                        (-(crate::sys::bindings::ECONNREFUSED as i32), v)
+                        (ECONNREFUSED.to_errno(), v)
                     }
                     other => {
                         pr_warn_ratelimited!("MPA startup (initiator) ended: {other:?}\n");
                         Self::send_startup_terminate(g);
-                        (-(crate::sys::bindings::ECONNRESET as i32), KVec::new())
+                        (ECONNRESET.to_errno(), KVec::new())
                     }
                 };
                 let addrs = g.addrs;

@@ -385,7 +385,7 @@ impl Conn {
                 let _ = id.event(&CmEvent::simple(CmEventKind::Disconnect, 0));
             }
             let status = match why {
-                Reason::Reset => -(b::ECONNRESET as i32),
+                Reason::Reset => ECONNRESET.to_errno(),
                 _ => 0,
             };
             let _ = id.event(&CmEvent::simple(CmEventKind::Close, status));
