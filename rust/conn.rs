@@ -47,6 +47,7 @@
 //! timer serves its deadlines ([`Session::poll_timeout`]: the peer-to-peer Responder's wait
 //! for the first FPDU, a TERMINATE the peer does not take).
 
+use crate::abi::WcStatus;
 use crate::cm::Armed;
 use crate::device::Device;
 use crate::engine::ddp_tx::DdpTx;
@@ -192,11 +193,6 @@ impl HrTimerCallback for Conn {
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
-}
-
-/// `SIW_WC_*` as the 16-bit status of a CQE.
-fn wc(status: u32) -> u16 {
-    status as u16
 }
 
 impl Conn {
@@ -426,7 +422,7 @@ impl Conn {
         mut reads: KVec<crate::qp::wqe::SendWqe>,
         msg: Option<RxMsg>,
     ) {
-        let flush = wc(b::siw_wc_status_SIW_WC_WR_FLUSH_ERR);
+        let flush = WcStatus::WrFlushErr;
         for w in reads.drain_all() {
             Qp::complete_send(qp.qp(), &w, flush, 0);
         }

@@ -14,6 +14,7 @@
 //! (any completion for `NEXT_COMPLETION`, solicited ones for `SOLICITED`) disarms the CQ
 //! and asks the caller to run the completion handler once it holds no locks.
 
+use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{take_slot, Device};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::IbDevice;
@@ -29,8 +30,7 @@ use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 /// The largest CQ depth rsiw grants (a power of two; 8 MiB of ring).
 pub(crate) const MAX_CQE: u32 = 1 << 18;
 
-const VALID: u16 = b::siw_wqe_flags_SIW_WQE_VALID as u16;
-const REM_INVAL: u16 = b::siw_wqe_flags_SIW_WQE_REM_INVAL as u16;
+use crate::abi::wqe_flags::{REM_INVAL, VALID};
 
 /// Producer and (kernel) consumer positions; free-running, reduced modulo the ring size.
 struct Positions {
@@ -51,10 +51,10 @@ pub(crate) struct Cq {
 pub(crate) struct Cqe {
     /// The work request's `wr_id`.
     pub(crate) id: u64,
-    /// `SIW_OP_*` of the work request.
-    pub(crate) opcode: u8,
-    /// `SIW_WC_*`.
-    pub(crate) status: u16,
+    /// The work request's opcode.
+    pub(crate) opcode: WrOpcode,
+    /// How it completed.
+    pub(crate) status: WcStatus,
     /// Octets transferred.
     pub(crate) bytes: u32,
     /// The QP number (user CQs) ...
@@ -116,36 +116,6 @@ impl From<Overflow> for Notify {
             comp: false,
             overflow: true,
         }
-    }
-}
-
-fn wc_opcode(op: u8) -> b::ib_wc_opcode {
-    match u32::from(op) {
-        b::siw_opcode_SIW_OP_WRITE => b::ib_wc_opcode_IB_WC_RDMA_WRITE,
-        b::siw_opcode_SIW_OP_READ | b::siw_opcode_SIW_OP_READ_LOCAL_INV => {
-            b::ib_wc_opcode_IB_WC_RDMA_READ
-        }
-        b::siw_opcode_SIW_OP_COMP_AND_SWAP => b::ib_wc_opcode_IB_WC_COMP_SWAP,
-        b::siw_opcode_SIW_OP_FETCH_AND_ADD => b::ib_wc_opcode_IB_WC_FETCH_ADD,
-        b::siw_opcode_SIW_OP_INVAL_STAG => b::ib_wc_opcode_IB_WC_LOCAL_INV,
-        b::siw_opcode_SIW_OP_REG_MR => b::ib_wc_opcode_IB_WC_REG_MR,
-        b::siw_opcode_SIW_OP_RECEIVE => b::ib_wc_opcode_IB_WC_RECV,
-        _ => b::ib_wc_opcode_IB_WC_SEND,
-    }
-}
-
-fn wc_status(st: u16) -> b::ib_wc_status {
-    match u32::from(st) {
-        b::siw_wc_status_SIW_WC_SUCCESS => b::ib_wc_status_IB_WC_SUCCESS,
-        b::siw_wc_status_SIW_WC_LOC_LEN_ERR => b::ib_wc_status_IB_WC_LOC_LEN_ERR,
-        b::siw_wc_status_SIW_WC_LOC_PROT_ERR => b::ib_wc_status_IB_WC_LOC_PROT_ERR,
-        b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR => b::ib_wc_status_IB_WC_LOC_QP_OP_ERR,
-        b::siw_wc_status_SIW_WC_WR_FLUSH_ERR => b::ib_wc_status_IB_WC_WR_FLUSH_ERR,
-        b::siw_wc_status_SIW_WC_BAD_RESP_ERR => b::ib_wc_status_IB_WC_BAD_RESP_ERR,
-        b::siw_wc_status_SIW_WC_LOC_ACCESS_ERR => b::ib_wc_status_IB_WC_LOC_ACCESS_ERR,
-        b::siw_wc_status_SIW_WC_REM_ACCESS_ERR => b::ib_wc_status_IB_WC_REM_ACCESS_ERR,
-        b::siw_wc_status_SIW_WC_REM_INV_REQ_ERR => b::ib_wc_status_IB_WC_REM_INV_REQ_ERR,
-        _ => b::ib_wc_status_IB_WC_GENERAL_ERR,
     }
 }
 
@@ -236,8 +206,8 @@ impl Cq {
         }
         let mut cqe = b::siw_cqe::zeroed();
         cqe.id = c.id;
-        cqe.opcode = c.opcode;
-        cqe.status = c.status;
+        cqe.opcode = c.opcode.raw();
+        cqe.status = c.status.raw();
         cqe.bytes = c.bytes;
         let mut flags = VALID;
         if this.user {
@@ -284,8 +254,11 @@ impl Cq {
             let cqe = this.ring.read(idx);
             let mut w = b::ib_wc::zeroed();
             w.__bindgen_anon_1.wr_id = cqe.id;
-            w.status = wc_status(cqe.status);
-            w.opcode = wc_opcode(cqe.opcode);
+            // A kernel CQ's entries are rsiw's own, so every value is one the ABI defines.
+            w.status = WcStatus::from_raw(cqe.status)
+                .map_or(b::ib_wc_status_IB_WC_GENERAL_ERR, WcStatus::ib);
+            w.opcode = WrOpcode::from_raw(cqe.opcode)
+                .map_or(b::ib_wc_opcode_IB_WC_SEND, WrOpcode::wc_opcode);
             w.byte_len = cqe.bytes;
             w.qp = cqe_qp(&cqe);
             if flags & REM_INVAL != 0 {

@@ -12,6 +12,7 @@
 
 #[kernel::prelude::kunit_tests(rsiw_kverbs)]
 mod suite {
+    use crate::abi::{WcStatus, WrOpcode};
     use crate::device::{Device, Link};
     use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
     use crate::mem::{access_bits, MAX_FRMR_PAGES};
@@ -78,7 +79,7 @@ mod suite {
     }
 
     const NAME: &CStr = c"rsiw_kunit";
-    const SUCCESS: u16 = b::siw_wc_status_SIW_WC_SUCCESS as u16;
+    const SUCCESS: WcStatus = WcStatus::Success;
     const RESET: b::ib_qp_state = b::ib_qp_state_IB_QPS_RESET;
     const INIT: b::ib_qp_state = b::ib_qp_state_IB_QPS_INIT;
     const RTS: b::ib_qp_state = b::ib_qp_state_IB_QPS_RTS;
@@ -239,7 +240,7 @@ mod suite {
 
         // TX: peek, complete (signalled: a CQE), complete again (stale).
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 20 && w.opcode == b::siw_opcode_SIW_OP_SEND as u8 && w.signalled());
+        check!(w.id == 20 && w.opcode == WrOpcode::Send && w.signalled());
         check!(w.sges().len() == 1 && w.sges()[0].laddr == base && w.sges()[0].lkey == lkey);
         check!(w.inline_data().is_none());
         check!(wqe!(Qp::next_sqe(q)).id == 20);
@@ -261,16 +262,11 @@ mod suite {
         check!(poll_one(&cq).is_none());
         // Inline RDMA WRITE, released first and completed in error later.
         let w = wqe!(Qp::next_sqe(q));
-        check!(
-            w.id == 22
-                && w.opcode == b::siw_opcode_SIW_OP_WRITE as u8
-                && w.raddr == 0x1000
-                && w.rkey == 0x4242
-        );
+        check!(w.id == 22 && w.opcode == WrOpcode::Write && w.raddr == 0x1000 && w.rkey == 0x4242);
         check!(w.sges().is_empty() && w.inline_data().map(|d| d.as_slice() == data) == Some(true));
         req!(Qp::release_sqe(q, w.slot).map_err(|_| ()));
         check!(Qp::release_sqe(q, w.slot) == Err(Stale));
-        Qp::complete_send(q, &w, b::siw_wc_status_SIW_WC_LOC_PROT_ERR as u16, 0);
+        Qp::complete_send(q, &w, WcStatus::LocProtErr, 0);
         check!(
             poll_one(&cq)
                 == Some((
@@ -283,16 +279,12 @@ mod suite {
 
         // A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
         let w = wqe!(Qp::next_sqe(q));
-        check!(
-            w.id == 23
-                && w.opcode == b::siw_opcode_SIW_OP_INVAL_STAG as u8
-                && w.rkey == 0x1234_5678
-        );
+        check!(w.id == 23 && w.opcode == WrOpcode::InvalStag && w.rkey == 0x1234_5678);
         let bad = BadSqe {
             slot: w.slot,
             id: w.id,
             opcode: w.opcode,
-            reason: BadWqe::Opcode(w.opcode),
+            reason: BadWqe::Opcode(w.opcode.raw()),
         };
         req!(Qp::fail_sqe(q, &bad).map_err(|_| ()));
         check!(Qp::fail_sqe(q, &bad) == Err(Stale));

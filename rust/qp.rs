@@ -49,16 +49,7 @@ pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;
 /// Inline data per send WQE: it occupies `sge[1..]` (`SIW_MAX_INLINE`).
 pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<b::siw_sge>() as u32) * (MAX_SGE - 1);
 
-/// `SIW_WQE_VALID`: the slot holds a posted WQE (or CQE).
-pub(crate) const VALID: u16 = b::siw_wqe_flags_SIW_WQE_VALID as u16;
-/// `SIW_WQE_INLINE`: the send WQE carries its data in `sge[1..]`.
-pub(crate) const INLINE: u16 = b::siw_wqe_flags_SIW_WQE_INLINE as u16;
-/// `SIW_WQE_SIGNALLED`: a successful completion is reported.
-pub(crate) const SIGNALLED: u16 = b::siw_wqe_flags_SIW_WQE_SIGNALLED as u16;
-/// `SIW_WQE_SOLICITED`: the message asks for a solicited event at the peer.
-pub(crate) const SOLICITED: u16 = b::siw_wqe_flags_SIW_WQE_SOLICITED as u16;
-/// `SIW_WQE_READ_FENCE`: wait for outstanding RDMA READs first.
-pub(crate) const READ_FENCE: u16 = b::siw_wqe_flags_SIW_WQE_READ_FENCE as u16;
+pub(crate) use crate::abi::wqe_flags::{INLINE, READ_FENCE, SIGNALLED, SOLICITED, VALID};
 
 /// Free-running producer and consumer positions of a ring.
 struct Pos {

@@ -10,6 +10,7 @@ use kernel::prelude::*;
 pub mod engine;
 pub mod wire;
 
+mod abi;
 mod cm;
 mod conn;
 mod cq;

@@ -28,7 +28,7 @@ use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 /// The deepest SRQ rsiw grants (a power of two).
 pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
 
-const VALID: u16 = b::siw_wqe_flags_SIW_WQE_VALID as u16;
+use crate::abi::wqe_flags::VALID;
 
 /// Positions and the limit arm, under the SRQ lock.
 struct State {

@@ -12,7 +12,8 @@
 //! the socket layer by the transmit half, which takes it briefly for what the two share.
 //! Nothing here sleeps or allocates with `GFP_KERNEL`.
 
-use super::{wc, Conn, Piece};
+use super::{Conn, Piece};
+use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
 use crate::engine::rx_shell::{
@@ -23,7 +24,6 @@ use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::mem::access_bits;
 use crate::qp::wqe::SendWqe;
 use crate::qp::Qp;
-use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::kmem::crc32c_kva;
 use crate::sys::obj::PdId;
@@ -294,14 +294,7 @@ impl MemoryLookup for RxMem<'_, '_> {
             if let Some(old) = cur.take() {
                 // A message that never completed: the decoder moved on (not reached with
                 // a well-formed stream, which completes each message before the next).
-                Qp::complete_recv(
-                    self.0.qp.qp(),
-                    old.id,
-                    wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
-                    0,
-                    None,
-                    false,
-                );
+                Qp::complete_recv(self.0.qp.qp(), old.id, WcStatus::GeneralErr, 0, None, false);
             }
             *cur = Some(self.0.take_rqe(msn)?);
         }
@@ -327,17 +320,17 @@ impl RxCtx<'_> {
         let qp = self.qp.qp();
         // A receive WQE that cannot take the message completes with `status`; the
         // message then has no buffer (the decoder's TERMINATE, RFC 5040 §7.1).
-        let fail = |id: u64, status: u32| {
-            Qp::complete_recv(qp, id, wc(status), 0, None, false);
+        let fail = |id: u64, status: WcStatus| {
+            Qp::complete_recv(qp, id, status, 0, None, false);
             UntaggedCheck::NoBuffer
         };
         let w = match Qp::take_rqe(qp) {
             None => return Err(UntaggedCheck::NoBuffer),
-            Some(Err(bad)) => return Err(fail(bad.id, b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)),
+            Some(Err(bad)) => return Err(fail(bad.id, WcStatus::LocQpOpErr)),
             Some(Ok(w)) => w,
         };
         let mut pieces = KVec::with_capacity(w.sges().len(), GFP_ATOMIC)
-            .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_GENERAL_ERR))?;
+            .map_err(|_| fail(w.id, WcStatus::GeneralErr))?;
         let mut total = 0u64;
         let need = access_bits(Access::LocalWrite);
         for s in w.sges().iter().filter(|s| s.length != 0) {
@@ -345,7 +338,7 @@ impl RxCtx<'_> {
                 .qp
                 .device()
                 .lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
-                .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_LOC_PROT_ERR))?;
+                .map_err(|_| fail(w.id, WcStatus::LocProtErr))?;
             let piece = Piece {
                 mr,
                 to: s.laddr,
@@ -354,7 +347,7 @@ impl RxCtx<'_> {
             // Within the capacity reserved above: never allocates.
             pieces
                 .push(piece, GFP_ATOMIC)
-                .map_err(|_| fail(w.id, b::siw_wc_status_SIW_WC_GENERAL_ERR))?;
+                .map_err(|_| fail(w.id, WcStatus::GeneralErr))?;
             total += u64::from(s.length);
         }
         Ok(RxMsg {
@@ -377,7 +370,7 @@ impl SessionEvents for RxEv<'_, '_> {
         Qp::complete_recv(
             self.0.qp.qp(),
             m.id,
-            wc(b::siw_wc_status_SIW_WC_SUCCESS),
+            WcStatus::Success,
             msg.len,
             msg.inval_stag,
             msg.solicited,
@@ -400,14 +393,14 @@ impl SessionEvents for RxEv<'_, '_> {
             .remove(0)
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         let qp = self.0.qp.qp();
-        if u32::from(w.opcode) == b::siw_opcode_SIW_OP_READ_LOCAL_INV {
+        if w.opcode == WrOpcode::ReadLocalInv {
             if let [sge] = w.sges() {
                 let _ = self.0.qp.device().invalidate_stag(sge.lkey, self.0.pd);
             }
         }
         // The octets the Response placed: the Read's size (a short Response is refused).
         let len = u32::try_from(done.len).unwrap_or(u32::MAX);
-        Qp::complete_send(qp, &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
+        Qp::complete_send(qp, &w, WcStatus::Success, len);
         Ok(())
     }
 

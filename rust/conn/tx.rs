@@ -4,7 +4,8 @@
 //! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP, copied or
 //! by page reference (`zcopy_tx`), and the completions once a message is queued.
 
-use super::{wc, Conn, Inner, Piece, Reason};
+use super::{Conn, Inner, Piece, Reason};
+use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::orq::ReadSink;
@@ -194,12 +195,7 @@ impl Conn {
                 Self::sync_session(this, g);
                 if let Some((JobKind::Sqe(w), _)) = g.job.take() {
                     if let Some(qp) = g.qp.as_ref() {
-                        let _ = Qp::complete_sqe(
-                            qp.qp(),
-                            &w,
-                            wc(b::siw_wc_status_SIW_WC_GENERAL_ERR),
-                            0,
-                        );
+                        let _ = Qp::complete_sqe(qp.qp(), &w, WcStatus::GeneralErr, 0);
                     }
                 }
                 g.job = None;
@@ -319,7 +315,7 @@ impl Conn {
                 } else {
                     len
                 };
-                let _ = Qp::complete_sqe(qp.qp(), &w, wc(b::siw_wc_status_SIW_WC_SUCCESS), len);
+                let _ = Qp::complete_sqe(qp.qp(), &w, WcStatus::Success, len);
             }
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
             JobKind::Terminate => {
@@ -416,13 +412,13 @@ impl Conn {
         true
     }
 
-    /// Executes a LOCAL_INV (`SIW_OP_INVAL_STAG`) or REG_MR SQE of a kernel QP and
-    /// completes it. A failure completes it with `SIW_WC_LOC_PROT_ERR` (LOCAL_INV: no
+    /// Executes a LOCAL_INV ([`WrOpcode::InvalStag`]) or REG_MR SQE of a kernel QP and
+    /// completes it. A failure completes it with [`WcStatus::LocProtErr`] (LOCAL_INV: no
     /// such STag, another PD, a DMA MR; REG_MR: no page list, still valid, another PD)
     /// and moves the QP to ERROR. Returns whether the TX path can go on.
     fn local_op(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
         let dev = qp.device();
-        let r = if u32::from(w.opcode) == b::siw_opcode_SIW_OP_INVAL_STAG {
+        let r = if w.opcode == WrOpcode::InvalStag {
             dev.invalidate_stag(w.rkey, pd).map_err(|e| {
                 pr_warn_ratelimited!(
                     "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
@@ -440,11 +436,11 @@ impl Conn {
             })
         };
         let status = if r.is_ok() {
-            b::siw_wc_status_SIW_WC_SUCCESS
+            WcStatus::Success
         } else {
-            b::siw_wc_status_SIW_WC_LOC_PROT_ERR
+            WcStatus::LocProtErr
         };
-        if Qp::complete_sqe(qp.qp(), w, wc(status), 0).is_err() {
+        if Qp::complete_sqe(qp.qp(), w, status, 0).is_err() {
             return false;
         }
         if r.is_err() {
@@ -471,10 +467,9 @@ impl Conn {
                 return false;
             }
         };
-        let op = u32::from(w.opcode);
-        let is_read = op == b::siw_opcode_SIW_OP_READ || op == b::siw_opcode_SIW_OP_READ_LOCAL_INV;
-        let fail = |status: u32| {
-            let _ = Qp::complete_sqe(qp.qp(), &w, wc(status), 0);
+        let is_read = w.opcode.is_read();
+        let fail = |status: WcStatus| {
+            let _ = Qp::complete_sqe(qp.qp(), &w, status, 0);
             Qp::enter_error(qp.qp(), None);
             false
         };
@@ -501,11 +496,11 @@ impl Conn {
                     "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
                     qp.qp().qpn()
                 );
-                return fail(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+                return fail(WcStatus::LocQpOpErr);
             }
             Admit::Go => {}
         }
-        if op == b::siw_opcode_SIW_OP_INVAL_STAG || op == b::siw_opcode_SIW_OP_REG_MR {
+        if matches!(w.opcode, WrOpcode::InvalStag | WrOpcode::RegMr) {
             // Local operations: executed in SQ order, nothing goes on the wire.
             return Self::local_op(g.pd, qp, &w);
         }
@@ -542,14 +537,13 @@ impl Conn {
     }
 
     /// Starts the message for SQE `w` (a Send variant or an RDMA Write); on failure
-    /// returns the `SIW_WC_*` status.
+    /// returns the status to complete it with.
     fn start_sqe(
         tx: &mut DdpTx,
         pd: PdId,
         qp: &QpRef<Device>,
         w: &SendWqe,
-    ) -> Result<(JobKind, Payload), u32> {
-        let op = u32::from(w.opcode);
+    ) -> Result<(JobKind, Payload), WcStatus> {
         let payload = match w.inline_data() {
             Some(d) => {
                 let mut buf = [0u8; MAX_INLINE as usize];
@@ -563,7 +557,7 @@ impl Conn {
             }
             None => {
                 let mut list = KVec::with_capacity(w.sges().len(), GFP_KERNEL)
-                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                    .map_err(|_| WcStatus::GeneralErr)?;
                 for s in w.sges() {
                     if s.length == 0 {
                         continue;
@@ -571,7 +565,7 @@ impl Conn {
                     let mr = qp
                         .device()
                         .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
-                        .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+                        .map_err(|_| WcStatus::LocProtErr)?;
                     list.push(
                         Piece {
                             mr,
@@ -580,7 +574,7 @@ impl Conn {
                         },
                         GFP_KERNEL,
                     )
-                    .map_err(|_| b::siw_wc_status_SIW_WC_GENERAL_ERR)?;
+                    .map_err(|_| WcStatus::GeneralErr)?;
                 }
                 Payload::Pieces {
                     list,
@@ -594,23 +588,20 @@ impl Conn {
             Payload::Inline { len, .. } => *len as u32,
             Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
         };
-        let msg = if op == b::siw_opcode_SIW_OP_WRITE {
-            Message::Write {
+        let msg = match w.opcode {
+            WrOpcode::Write => Message::Write {
                 stag: w.rkey,
                 to: w.raddr,
                 len,
-            }
-        } else if op == b::siw_opcode_SIW_OP_SEND || op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV {
-            Message::Send {
+            },
+            WrOpcode::Send | WrOpcode::SendRemoteInv => Message::Send {
                 solicited: w.flags & SOLICITED != 0,
-                invalidate: (op == b::siw_opcode_SIW_OP_SEND_REMOTE_INV).then_some(w.rkey),
+                invalidate: (w.opcode == WrOpcode::SendRemoteInv).then_some(w.rkey),
                 len,
-            }
-        } else {
-            return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+            },
+            _ => return Err(WcStatus::LocQpOpErr),
         };
-        tx.start(msg)
-            .map_err(|_| b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR)?;
+        tx.start(msg).map_err(|_| WcStatus::LocQpOpErr)?;
         Ok((JobKind::Sqe(*w), payload))
     }
 
@@ -649,10 +640,10 @@ impl Conn {
 }
 
 /// The Data Sink of RDMA Read SQE `w`: a single local SGE (RFC 5040 §4.4) granting local
-/// write over its range; otherwise the `SIW_WC_*` status to complete it with.
-fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, u32> {
+/// write over its range; otherwise the status to complete it with.
+fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, WcStatus> {
     let [sge] = w.sges() else {
-        return Err(b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR);
+        return Err(WcStatus::LocQpOpErr);
     };
     if sge.length > 0 {
         qp.device()
@@ -663,7 +654,7 @@ fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, u32>
                 sge.laddr,
                 u64::from(sge.length),
             )
-            .map_err(|_| b::siw_wc_status_SIW_WC_LOC_PROT_ERR)?;
+            .map_err(|_| WcStatus::LocProtErr)?;
     }
     Ok(ReadSink {
         stag: sge.lkey,

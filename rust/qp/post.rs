@@ -6,6 +6,7 @@
 
 use super::state::State;
 use super::{invalid, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID};
+use crate::abi::WrOpcode;
 use crate::cq::{Cq, Notify};
 use crate::sys::bindings as b;
 use crate::sys::obj::IbQp;
@@ -91,12 +92,12 @@ impl Qp {
         }
         let op = wr.opcode();
         let (opcode, may_inline) = match op {
-            b::ib_wr_opcode_IB_WR_SEND => (b::siw_opcode_SIW_OP_SEND, true),
+            b::ib_wr_opcode_IB_WR_SEND => (WrOpcode::Send, true),
             b::ib_wr_opcode_IB_WR_SEND_WITH_INV => {
                 sqe.rkey = wr.invalidate_rkey();
-                (b::siw_opcode_SIW_OP_SEND_REMOTE_INV, true)
+                (WrOpcode::SendRemoteInv, true)
             }
-            b::ib_wr_opcode_IB_WR_RDMA_WRITE => (b::siw_opcode_SIW_OP_WRITE, true),
+            b::ib_wr_opcode_IB_WR_RDMA_WRITE => (WrOpcode::Write, true),
             b::ib_wr_opcode_IB_WR_RDMA_READ | b::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => {
                 // An iWARP Read Request carries one sink STag (RFC 5040 §4.4).
                 if n != 1 {
@@ -106,15 +107,15 @@ impl Qp {
                     ));
                 }
                 if op == b::ib_wr_opcode_IB_WR_RDMA_READ {
-                    (b::siw_opcode_SIW_OP_READ, false)
+                    (WrOpcode::Read, false)
                 } else {
-                    (b::siw_opcode_SIW_OP_READ_LOCAL_INV, false)
+                    (WrOpcode::ReadLocalInv, false)
                 }
             }
             b::ib_wr_opcode_IB_WR_LOCAL_INV => {
                 sqe.rkey = wr.invalidate_rkey();
                 sqe.flags = flags;
-                sqe.opcode = b::siw_opcode_SIW_OP_INVAL_STAG as u8;
+                sqe.opcode = WrOpcode::InvalStag.raw();
                 return Ok(sqe);
             }
             b::ib_wr_opcode_IB_WR_REG_MR => {
@@ -131,7 +132,7 @@ impl Qp {
                 sqe.rkey = key;
                 sqe.__bindgen_anon_2.access = u64::from(access as u32);
                 sqe.flags = flags;
-                sqe.opcode = b::siw_opcode_SIW_OP_REG_MR as u8;
+                sqe.opcode = WrOpcode::RegMr.raw();
                 return Ok(sqe);
             }
             _ => {
@@ -141,9 +142,7 @@ impl Qp {
                 ))
             }
         };
-        if f & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0
-            && opcode != b::siw_opcode_SIW_OP_WRITE
-        {
+        if f & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 && opcode != WrOpcode::Write {
             flags |= SOLICITED;
         }
         if let Some((raddr, rkey)) = wr.rdma() {
@@ -182,7 +181,7 @@ impl Qp {
             sqe.num_sge = n as u8;
         }
         sqe.__bindgen_anon_2.sge = sges;
-        sqe.opcode = opcode as u8;
+        sqe.opcode = opcode.raw();
         sqe.flags = flags;
         Ok(sqe)
     }
@@ -251,7 +250,10 @@ impl Qp {
                 };
                 if state == State::Error {
                     // The SQ is empty in ERROR (entering it flushed), so this keeps order.
-                    match Cq::push(&qp.scq, &Self::flush_cqe(qp, sqe.id, sqe.opcode)) {
+                    match Cq::push(
+                        &qp.scq,
+                        &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode)),
+                    ) {
                         Ok(n) => notify = notify.or(n),
                         Err(o) => {
                             notify = notify.or(o.into());
@@ -330,8 +332,7 @@ impl Qp {
                     }
                 };
                 if state == State::Error {
-                    let op = b::siw_opcode_SIW_OP_RECEIVE as u8;
-                    match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, op)) {
+                    match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive)) {
                         Ok(n) => notify = notify.or(n),
                         Err(o) => {
                             notify = notify.or(o.into());

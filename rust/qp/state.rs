@@ -19,6 +19,7 @@
 //! `modify_qp` into a state the table does not allow.
 
 use super::{invalid, Pos, Qp, VALID};
+use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
 use crate::sys::obj::IbQp;
@@ -27,7 +28,6 @@ use crate::sys::ring::{Ring, RingElem};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
-const FLUSH: u16 = b::siw_wc_status_SIW_WC_WR_FLUSH_ERR as u16;
 /// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
 const STANDARD_BITS: u32 = (1 << 21) - 1;
 
@@ -121,13 +121,13 @@ impl Qp {
         State::from_u8(self.state.load(Ordering::Acquire))
     }
 
-    /// The completion of a flushed WQE `id` with `opcode` (`SIW_OP_*`).
-    pub(super) fn flush_cqe(qp: &IbQp<Qp>, id: u64, opcode: u8) -> Cqe {
+    /// The completion of a flushed WQE `id` with `opcode`.
+    pub(super) fn flush_cqe(qp: &IbQp<Qp>, id: u64, opcode: WrOpcode) -> Cqe {
         // Error completions fire a solicited-only arm too (verbs: "solicited or in error").
         Cqe {
             id,
             opcode,
-            status: FLUSH,
+            status: WcStatus::WrFlushErr,
             bytes: 0,
             qpn: qp.qpn(),
             qp: qp.as_raw(),
@@ -172,8 +172,7 @@ impl Qp {
                 break;
             }
             let rqe = ring.read(idx);
-            let op = b::siw_opcode_SIW_OP_RECEIVE as u8;
-            match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, op)) {
+            match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive)) {
                 Ok(n) => notify = notify.or(n),
                 Err(o) => {
                     notify = notify.or(o.into());

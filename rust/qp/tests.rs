@@ -6,6 +6,7 @@
 
 #[kernel::prelude::kunit_tests(rsiw_verbs)]
 mod suite {
+    use crate::abi::WrOpcode;
     use crate::qp::post::pack_inline;
     use crate::qp::state::{check_transition, State};
     use crate::qp::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
@@ -58,10 +59,7 @@ mod suite {
         assert!(decode_sqe(&sqe(b::siw_opcode_SIW_OP_REG_MR, 0, 0, 0), true, at).is_ok());
         // The refusal names the WQE and an opcode the user library can index.
         let bad = decode_sqe(&sqe(200, 0, 1, 8), false, at).err();
-        assert_eq!(
-            bad.map(|b| (b.slot, b.opcode)),
-            Some((at, b::siw_opcode_SIW_OP_SEND as u8))
-        );
+        assert_eq!(bad.map(|b| (b.slot, b.opcode)), Some((at, WrOpcode::Send)));
         // Too many SGEs, too much inline data; the limits themselves are fine.
         let send = b::siw_opcode_SIW_OP_SEND;
         assert_eq!(
@@ -104,12 +102,12 @@ mod suite {
 
     #[test]
     fn flushed_garbage_opcodes_stay_in_the_abi_table() {
-        let same = |op: u32| flush_opcode(op as u8) == op as u8;
+        let same = |op: u32| flush_opcode(op as u8).raw() == op as u8;
         assert!(same(b::siw_opcode_SIW_OP_WRITE));
         assert!(same(b::siw_opcode_SIW_OP_RECEIVE));
         assert!(same(b::siw_opcode_SIW_OP_READ_RESPONSE));
         assert!(same(b::siw_opcode_SIW_OP_REG_MR));
-        let send = b::siw_opcode_SIW_OP_SEND as u8;
+        let send = WrOpcode::Send;
         assert_eq!(flush_opcode(b::siw_opcode_SIW_NUM_OPCODES as u8), send);
         assert_eq!(flush_opcode(99), send);
         assert_eq!(flush_opcode(255), send);

@@ -20,13 +20,14 @@
 //! RX (receive queue or SRQ): [`Qp::take_rqe`] consumes the next RQE (only in RTS) and
 //! hands the RX path a validated copy; the RX path owns it from then on and must complete
 //! it with [`Qp::complete_recv`], also when the QP enters ERROR meanwhile (with
-//! `SIW_WC_WR_FLUSH_ERR`).
+//! [`WcStatus::WrFlushErr`]).
 //!
 //! The completion functions call the consumer's completion handler and CQ events: call
 //! them with no QP, SRQ or CQ lock held (softirq context is fine).
 
 use super::state::State;
 use super::{Qp, INLINE, MAX_INLINE, MAX_SGE, SIGNALLED, VALID};
+use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
 use crate::sys::bindings as b;
@@ -54,9 +55,9 @@ pub(crate) struct SendWqe {
     pub(crate) slot: SqSlot,
     /// The consumer's `wr_id`.
     pub(crate) id: u64,
-    /// `SIW_OP_*`: WRITE, READ, READ_LOCAL_INV, SEND, SEND_REMOTE_INV; for kernel QPs also
-    /// INVAL_STAG and REG_MR.
-    pub(crate) opcode: u8,
+    /// Write, Read, ReadLocalInv, Send, SendRemoteInv; for kernel QPs also InvalStag and
+    /// RegMr.
+    pub(crate) opcode: WrOpcode,
     /// `SIW_WQE_*` flags (SIGNALLED, SOLICITED, INLINE, READ_FENCE).
     pub(crate) flags: u16,
     /// The remote STag (RDMA WRITE/READ) or the STag to invalidate (SEND_REMOTE_INV).
@@ -139,7 +140,7 @@ pub(crate) struct BadSqe {
     /// The consumer's `wr_id`.
     pub(crate) id: u64,
     /// The opcode to report (see [`flush_opcode`]).
-    pub(crate) opcode: u8,
+    pub(crate) opcode: WrOpcode,
     /// What is wrong with it.
     pub(crate) reason: BadWqe,
 }
@@ -187,22 +188,17 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result
         opcode: flush_opcode(raw.opcode),
         reason,
     };
-    let op = u32::from(raw.opcode);
-    let ok = matches!(
-        op,
-        b::siw_opcode_SIW_OP_WRITE
-            | b::siw_opcode_SIW_OP_READ
-            | b::siw_opcode_SIW_OP_READ_LOCAL_INV
-            | b::siw_opcode_SIW_OP_SEND
-            | b::siw_opcode_SIW_OP_SEND_REMOTE_INV
-    ) || (kernel
-        && matches!(
-            op,
-            b::siw_opcode_SIW_OP_INVAL_STAG | b::siw_opcode_SIW_OP_REG_MR
-        ));
-    if !ok {
-        return Err(bad(BadWqe::Opcode(raw.opcode)));
-    }
+    let opcode = match WrOpcode::from_raw(raw.opcode) {
+        Some(
+            op @ (WrOpcode::Write
+            | WrOpcode::Read
+            | WrOpcode::ReadLocalInv
+            | WrOpcode::Send
+            | WrOpcode::SendRemoteInv),
+        ) => op,
+        Some(op @ (WrOpcode::InvalStag | WrOpcode::RegMr)) if kernel => op,
+        _ => return Err(bad(BadWqe::Opcode(raw.opcode))),
+    };
     let sge = sqe_sges(raw);
     // The siw library writes the caller's SGE count even for inline WQEs: only the
     // length counts then.
@@ -216,7 +212,7 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result
     Ok(SendWqe {
         slot,
         id: raw.id,
-        opcode: raw.opcode,
+        opcode,
         flags: raw.flags & !VALID,
         num_sge: raw.num_sge.min(MAX_SGE as u8),
         rkey: raw.rkey,
@@ -245,15 +241,11 @@ pub(crate) fn decode_rqe(raw: &b::siw_rqe) -> Result<RecvWqe, BadRqe> {
     })
 }
 
-/// The opcode to report for a failed or flushed SQE: its own if it indexes the user
-/// library's completion opcode table (`SIW_NUM_OPCODES` entries), `SIW_OP_SEND` for
-/// garbage a user wrote (the library would index past its table).
-pub(crate) fn flush_opcode(op: u8) -> u8 {
-    if u32::from(op) < b::siw_opcode_SIW_NUM_OPCODES {
-        op
-    } else {
-        b::siw_opcode_SIW_OP_SEND as u8
-    }
+/// The opcode to report for a failed or flushed SQE: its own if the ABI defines it (the
+/// user library indexes its completion opcode table with it), Send for garbage a user
+/// wrote (the library would index past its table).
+pub(crate) fn flush_opcode(op: u8) -> WrOpcode {
+    WrOpcode::from_raw(op).unwrap_or(WrOpcode::Send)
 }
 
 impl Qp {
@@ -288,10 +280,10 @@ impl Qp {
     }
 
     /// For the TX and RX paths: reports the completion of send WQE `wqe` (released from
-    /// the SQ already) with `status` (`SIW_WC_*`) and `bytes` into the send CQ, if it is
-    /// signalled or failed. On a CQ overflow the consumer gets `IB_EVENT_CQ_ERR`.
-    pub(crate) fn complete_send(qp: &IbQp<Qp>, wqe: &SendWqe, status: u16, bytes: u32) {
-        let ok = status == b::siw_wc_status_SIW_WC_SUCCESS as u16;
+    /// the SQ already) with `status` and `bytes` into the send CQ, if it is signalled or
+    /// failed. On a CQ overflow the consumer gets `IB_EVENT_CQ_ERR`.
+    pub(crate) fn complete_send(qp: &IbQp<Qp>, wqe: &SendWqe, status: WcStatus, bytes: u32) {
+        let ok = status == WcStatus::Success;
         if ok && !wqe.signalled() {
             return;
         }
@@ -319,7 +311,7 @@ impl Qp {
     pub(crate) fn complete_sqe(
         qp: &IbQp<Qp>,
         wqe: &SendWqe,
-        status: u16,
+        status: WcStatus,
         bytes: u32,
     ) -> Result<(), Stale> {
         Self::release_sqe(qp, wqe.slot)?;
@@ -327,7 +319,7 @@ impl Qp {
         Ok(())
     }
 
-    /// For the TX path: completes a malformed SQE with `SIW_WC_LOC_QP_OP_ERR` (and
+    /// For the TX path: completes a malformed SQE with [`WcStatus::LocQpOpErr`] (and
     /// releases it). The caller then moves the QP to ERROR ([`Qp::enter_error`] with
     /// `IB_EVENT_QP_REQ_ERR`).
     ///
@@ -349,7 +341,7 @@ impl Qp {
                 lkey: 0,
             }; MAX_SGE as usize],
         };
-        Self::complete_sqe(qp, &wqe, b::siw_wc_status_SIW_WC_LOC_QP_OP_ERR as u16, 0)?;
+        Self::complete_sqe(qp, &wqe, WcStatus::LocQpOpErr, 0)?;
         pr_err_ratelimited!(
             "QP {}: malformed send WQE {} ({:?})\n",
             qp.qpn(),
@@ -382,22 +374,22 @@ impl Qp {
     }
 
     /// For the RX path: reports the completion of receive WQE `id` (from
-    /// [`Qp::take_rqe`]) with `status` (`SIW_WC_*`) and the `bytes` placed into the receive
+    /// [`Qp::take_rqe`]) with `status` and the `bytes` placed into the receive
     /// CQ. `inval_stag` is the STag a Send with Invalidate invalidated (reported to kernel
     /// consumers); `solicited` marks a Send with Solicited Event (fires solicited-only
     /// arms; failed completions always do).
     pub(crate) fn complete_recv(
         qp: &IbQp<Qp>,
         id: u64,
-        status: u16,
+        status: WcStatus,
         bytes: u32,
         inval_stag: Option<u32>,
         solicited: bool,
     ) {
-        let ok = status == b::siw_wc_status_SIW_WC_SUCCESS as u16;
+        let ok = status == WcStatus::Success;
         let c = Cqe {
             id,
-            opcode: b::siw_opcode_SIW_OP_RECEIVE as u8,
+            opcode: WrOpcode::Receive,
             status,
             bytes,
             qpn: qp.qpn(),
