@@ -179,16 +179,22 @@ def test_listen_and_close_repeatedly(cm_dev):
 MPA_TIMEOUT_MS = 2000
 
 
-@pytest.fixture
-def cm_dev_timeout(dummy):
-    """rsiw0 with a 2 s MPA startup timeout (`mpa_timeout_ms`)."""
+def cm_dev_with(dummy, params):
+    """rsiw reloaded with module parameters `params` and rsiw0 on `dummy` (a generator for
+    fixtures: yields the device's name, removes both afterwards)."""
     unload_rsiw()
-    load_rsiw(f"mpa_timeout_ms={MPA_TIMEOUT_MS}")
+    load_rsiw(params)
     sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
     sh("modprobe rdma_ucm")
     yield DEV
     sh(f"rdma link del {DEV}", check=False)
     unload_rsiw()
+
+
+@pytest.fixture
+def cm_dev_timeout(dummy):
+    """rsiw0 with a 2 s MPA startup timeout (`mpa_timeout_ms`)."""
+    yield from cm_dev_with(dummy, f"mpa_timeout_ms={MPA_TIMEOUT_MS}")
 
 
 def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):
@@ -422,13 +428,7 @@ def test_bad_mpa_replies_fail_the_connect_once(cm_dev_timeout):
 def cm_dev_p2p_write(dummy):
     """rsiw0 with the peer-to-peer model on (`peer_to_peer=1`) offering only the
     zero-length Write RTR (`p2p_rtr=1`), and a 2 s MPA startup timeout."""
-    unload_rsiw()
-    load_rsiw(f"peer_to_peer=1 p2p_rtr=1 mpa_timeout_ms={MPA_TIMEOUT_MS}")
-    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
-    sh("modprobe rdma_ucm")
-    yield DEV
-    sh(f"rdma link del {DEV}", check=False)
-    unload_rsiw()
+    yield from cm_dev_with(dummy, f"peer_to_peer=1 p2p_rtr=1 mpa_timeout_ms={MPA_TIMEOUT_MS}")
 
 
 def test_reply_with_no_matching_rtr_terminates(cm_dev_p2p_write):

@@ -601,14 +601,13 @@ BAD_REQUESTS = [
 ]
 
 
-def test_bad_mpa_requests_are_closed_and_reach_no_consumer(target):
-    """Each malformed MPA Request on a TCP connection of its own: rsiw closes it (an
-    MPA Reply, if any, rejects: R=1), and the consumer listening never sees it. Then a
-    well-formed connection is the first the consumer gets, and its Send arrives."""
-    report = target(1)
+def bad_requests_errors(addr, port):
+    """Sends each of BAD_REQUESTS on a TCP connection of its own to rsiw's listener on
+    `addr`:`port`; returns what went wrong: rsiw must close each (an MPA Reply, if any,
+    rejecting: R=1) within T_IO seconds."""
     errs = []
     for name, frame, fin in BAD_REQUESTS:
-        s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+        s = socket.create_connection((addr, port), timeout=T_IO)
         try:
             try:
                 s.sendall(frame)
@@ -625,6 +624,15 @@ def test_bad_mpa_requests_are_closed_and_reach_no_consumer(target):
         if data and not (data[:16] == b"MPA ID Rep Frame" and len(data) >= 20
                          and data[16] & 0x20):
             errs.append(f"{name}: rsiw answered with {data.hex()}, not a rejecting Reply")
+    return errs
+
+
+def test_bad_mpa_requests_are_closed_and_reach_no_consumer(target):
+    """Each malformed MPA Request on a TCP connection of its own: rsiw closes it (an
+    MPA Reply, if any, rejects: R=1), and the consumer listening never sees it. Then a
+    well-formed connection is the first the consumer gets, and its Send arrives."""
+    report = target(1)
+    errs = bad_requests_errors(ADDR, PORT)
     s, keys = connect(report)
     s.sendall(send(b"good"))
     s.shutdown(socket.SHUT_WR)

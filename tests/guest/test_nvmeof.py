@@ -24,7 +24,7 @@ import pytest
 
 from conftest import load_rdma_core, module_loaded, sh, wait_for
 from test_cm import BAD_REPLIES
-from test_hostile import (BAD_REQUESTS, CASES, fpdus, mpa_frame, read_request, read_response,
+from test_hostile import (CASES, bad_requests_errors, fpdus, mpa_frame, read_request, read_response,
                           recv_all, recv_exact, send, send_inv, terminate, terminate_of,
                           untagged, with_crc, write)
 
@@ -246,6 +246,33 @@ def nvmet_conn(crc=False):
     return s
 
 
+def sole_terminate_errors(name, data, want):
+    """What is wrong with `data`, all rsiw sent nvmet's peer in case `name`: it must be one
+    TERMINATE of `want` (layer, etype, ecode), or nothing if `want` is None."""
+    if want is None:
+        return [f"{name}: rsiw answered the peer's TERMINATE with {data.hex()}"] if data else []
+    try:
+        got = terminate_of(data)[:3]
+    except AssertionError as e:
+        return [f"{name}: {e}"]
+    return [f"{name}: TERMINATE {got}, want {want}"] if got != want else []
+
+
+def last_terminate_errors(name, data, want, before):
+    """What is wrong with `data`, all the nvme host's rsiw sent the peer in case `name`:
+    the host's own FPDUs (RDMAP opcodes in `before`), then one TERMINATE of `want`
+    (layer, etype, ecode) last; no TERMINATE at all if `want` is None."""
+    frames = fpdus(data)
+    ops = [op for op, _ in frames]
+    if want is None:
+        return [f"{name}: rsiw answered the peer's TERMINATE: FPDUs {ops}"] if 7 in ops else []
+    if not ops or ops[-1] != 7 or ops.count(7) != 1 or set(ops[:-1]) - set(before):
+        return [f"{name}: not one TERMINATE last after {sorted(before)}, FPDUs {ops}"]
+    t = frames[-1][1]
+    got = (t[20] >> 4, t[20] & 0x0F, t[21])
+    return [f"{name}: TERMINATE {got}, want {want}"] if got != want else []
+
+
 def test_hostile_peer_against_nvmet(nvmet_over_rdma):
     """rsiw under nvmet-rdma (Responder), every class of kernel_cases() on a connection of
     its own: one TERMINATE with the RFC's layer/etype/ecode (or, after the peer's
@@ -264,16 +291,7 @@ def test_hostile_peer_against_nvmet(nvmet_over_rdma):
             data = recv_all(s)
         finally:
             s.close()
-        if want is None:
-            if data:
-                errs.append(f"{name}: rsiw answered the peer's TERMINATE with {data.hex()}")
-        else:
-            try:
-                got = terminate_of(data)[:3]
-                if got != want:
-                    errs.append(f"{name}: TERMINATE {got}, want {want}")
-            except AssertionError as e:
-                errs.append(f"{name}: {e}")
+        errs += sole_terminate_errors(name, data, want)
         # nvmet frees the queue (and, with the last one, its PD) asynchronously.
         wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
     assert not errs, "\n".join(errs)
@@ -365,12 +383,7 @@ def test_hostile_read_responses_against_nvmet(nvmet_over_rdma):
             data = recv_all(s)
         finally:
             s.close()
-        try:
-            got = terminate_of(data)[:3]
-            if got != want:
-                errs.append(f"{name}: TERMINATE {got}, want {want}")
-        except AssertionError as e:
-            errs.append(f"{name}: {e}")
+        errs += sole_terminate_errors(name, data, want)
         wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
     assert not errs, "\n".join(errs)
 
@@ -379,25 +392,7 @@ def test_bad_mpa_requests_against_nvmet(nvmet_over_rdma):
     """test_hostile's malformed MPA Requests, each on a TCP connection of its own to
     nvmet's port: rsiw closes it (an MPA Reply, if any, rejects: R=1) before nvmet sees a
     connection; then a well-formed Request is accepted."""
-    errs = []
-    for name, frame, fin in BAD_REQUESTS:
-        s = socket.create_connection((ADDR, int(PORT)), timeout=60)
-        try:
-            try:
-                s.sendall(frame)
-                if fin:
-                    s.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # rsiw closed (with a reset: octets it did not read) before us
-            data = recv_all(s)
-        except AssertionError as e:
-            errs.append(f"{name}: {e}")
-            continue
-        finally:
-            s.close()
-        if data and not (data[:16] == b"MPA ID Rep Frame" and len(data) >= 20
-                         and data[16] & 0x20):
-            errs.append(f"{name}: rsiw answered with {data.hex()}, not a rejecting Reply")
+    errs = bad_requests_errors(ADDR, int(PORT))
     nvmet_conn().close()
     wait_for(lambda: not kernel_dma_lkeys(), timeout=60, what="nvmet's PD to go")
     assert not errs, "\n".join(errs)
@@ -417,21 +412,25 @@ class NvmeHost:
         return self.p.wait(timeout=300)
 
 
+# nvme_core's timeout (seconds) for admin commands, the Connect command among them.
+ADMIN_TIMEOUT = "/sys/module/nvme_core/parameters/admin_timeout"
+
+
 @pytest.fixture
 def hostile_listener(nvmet_over_rdma):
     """The hostile peer's listening socket on PEER_PORT, with nvme_core's admin_timeout
-    lowered to 5 s: the host learns that its Connect command failed only by that timeout
-    (a QP error while connecting starts no recovery in nvme-rdma). Afterwards no kernel PD
-    may remain."""
+    lowered to 1 s: the host learns that its Connect command failed only by that timeout
+    (a QP error while connecting starts no recovery in nvme-rdma). The peer sends its
+    FPDUs right behind the Reply or the host's Connect command, well within it. Afterwards
+    no kernel PD may remain."""
     ls = socket.create_server((ADDR, PEER_PORT))
     ls.settimeout(120)
-    timeout_param = "/sys/module/nvme_core/parameters/admin_timeout"
-    with open(timeout_param) as f:
+    with open(ADMIN_TIMEOUT) as f:
         admin_timeout = f.read().strip()
-    sh(f"echo 5 > {timeout_param}")
+    sh(f"echo 1 > {ADMIN_TIMEOUT}")
     yield ls
     ls.close()
-    sh(f"echo {admin_timeout} > {timeout_param}", check=False)
+    sh(f"echo {admin_timeout} > {ADMIN_TIMEOUT}", check=False)
     wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
 
 
@@ -448,37 +447,29 @@ def take_mpa_request(ls):
 def test_hostile_peer_against_nvme_host(hostile_listener):
     """rsiw under nvme-rdma (Initiator): for every class of kernel_cases() the host
     connects to the hostile peer, which answers its MPA Request (C=1 where the case
-    negotiates CRC) and sends the class's FPDU: after the host's own Connect command, one
-    TERMINATE (or, after the peer's TERMINATE, none), the connection closes, and the host's
-    connect fails instead of hanging."""
+    negotiates CRC) and, once the host's Connect command arrived, sends the class's FPDU:
+    one TERMINATE (or, after the peer's TERMINATE, none), the connection closes, and the
+    host's connect fails instead of hanging (by its admin timeout)."""
     errs = []
     for name, build, want, crc in kernel_cases():
         host = NvmeHost()
         try:
             s = take_mpa_request(hostile_listener)
+            # The host made its PD before it connected.
+            keys = kernel_dma_lkeys()
+            assert keys, "no kernel PD on rsiw0 while the host connects"
             s.sendall(mpa_frame(key=b"MPA ID Rep Frame", flags=0x50 if crc else 0x10,
                                 pd=nvme_mpa_private_data(True)))
-            keys = []
-            wait_for(lambda: keys.extend(kernel_dma_lkeys()) or keys, timeout=60,
-                     what="the host's kernel PD")
+            # nvme-rdma posts its receives when the connection is established and then
+            # sends its Connect command: a Send from the peer before that could find no
+            # receive (1/2/0x02) instead of the fault it carries.
+            host_connect_command(s)
             s.sendall(build(keys[-1]))
             data = recv_all(s)
             s.close()
         finally:
             rc = host.rc()
-        frames = fpdus(data)
-        ops = [op for op, _ in frames]
-        if want is None:
-            if 7 in ops:
-                errs.append(f"{name}: rsiw answered the peer's TERMINATE: FPDUs {ops}")
-        elif not ops or ops[-1] != 7 or ops.count(7) != 1:
-            errs.append(f"{name}: not one TERMINATE last, FPDUs {ops}")
-            continue
-        else:
-            t = frames[-1][1]
-            got = (t[20] >> 4, t[20] & 0x0F, t[21])
-            if got != want:
-                errs.append(f"{name}: TERMINATE {got}, want {want}")
+        errs += last_terminate_errors(name, data, want, set())
         if rc == 0:
             errs.append(f"{name}: the host's connect succeeded")
         wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
@@ -558,6 +549,11 @@ HOST_MR_CASES = [
      (0, 1, 0x04)),
     ("write_other_pd", lambda m, o: write(o[0], o[1], b"\xEE" * 16), (1, 1, 0x02)),
     ("read_request_other_pd", lambda m, o: read_request(o[0], o[1], 16), (0, 1, 0x03)),
+    # More Read Requests at once than any IRD rsiw grants (at most 32): those within IRD
+    # may be answered, then DDP invalid MSN on QN 1.
+    ("read_requests_beyond_ird",
+     lambda m, o: b"".join(read_request(m[0], m[1], 16, msn=i) for i in range(1, 41)),
+     (1, 2, 0x03)),
     # The target invalidates the MR with the Connect command's completion (Send with
     # Invalidate, as nvmet-rdma does), then writes to it.
     ("write_invalidated",
@@ -571,7 +567,8 @@ def test_hostile_tagged_against_nvme_host(hostile_listener):
     peer reads the Connect command's data from the host's MR with an RDMA Read and gets
     it (the subsystem's NQN at offset 256). Then, on a connection each, Writes and Read
     Requests outside that MR, with a TO that wraps, another key, another PD's STag
-    (nvmet's Read sink) and the MR after the peer invalidated it: one TERMINATE each with
+    (nvmet's Read sink), more Read Requests than IRD, and the MR after the peer
+    invalidated it: one TERMINATE each with
     the RFC's layer/etype/ecode, the connection closes, the host's connect fails."""
     host = NvmeHost()
     try:
@@ -606,15 +603,11 @@ def test_hostile_tagged_against_nvme_host(hostile_listener):
                 rc = host.rc()
         finally:
             other.close()
-        frames = fpdus(data)
-        ops = [op for op, _ in frames]
-        if not ops or ops[-1] != 7 or ops.count(7) != 1:
-            errs.append(f"{name}: not one TERMINATE last, FPDUs {ops}")
-        else:
-            t = frames[-1][1]
-            got = (t[20] >> 4, t[20] & 0x0F, t[21])
-            if got != want:
-                errs.append(f"{name}: TERMINATE {got}, want {want}")
+        # Before it: Read Responses to Reads within IRD (at most 32), and the host's next
+        # command (a Send) once its Connect completed.
+        errs += last_terminate_errors(name, data, want, {2, 3, 5})
+        if fpdus(data) and [op for op, _ in fpdus(data)].count(2) > 32:
+            errs.append(f"{name}: more Read Responses than any IRD")
         if rc == 0:
             errs.append(f"{name}: the host's connect succeeded")
         wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the PDs to go")
