@@ -56,7 +56,12 @@ impl WrOpcode {
 
     /// The opcode of the ABI value `op`, or `None` for a value the ABI does not define.
     pub(crate) fn from_raw(op: u8) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.raw() == op)
+        // Decoded for every SQE: an index, not a search (ALL is in ABI order; the check
+        // keeps a misordered table from answering wrong).
+        Self::ALL
+            .get(usize::from(op))
+            .copied()
+            .filter(|o| o.raw() == op)
     }
 
     /// The ABI value (the `opcode` octet of an SQE or CQE).
@@ -129,7 +134,11 @@ impl WcStatus {
 
     /// The status of the ABI value `st`, or `None` for a value the ABI does not define.
     pub(crate) fn from_raw(st: u16) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.raw() == st)
+        // Decoded for every kernel CQE polled: an index, as for `WrOpcode::from_raw`.
+        Self::ALL
+            .get(usize::from(st))
+            .copied()
+            .filter(|s| s.raw() == st)
     }
 
     /// The ABI value (the 16-bit `status` field of a CQE).
