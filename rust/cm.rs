@@ -28,7 +28,7 @@ use crate::device::Device;
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::startup::{Action, Config, EnhancedConfig, Mode, Startup, Status};
 use crate::engine::stream::TxSink;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{CepOps, IbDevice, ListenerOps};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::pr_warn_ratelimited;
 use crate::sys::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
@@ -910,5 +910,29 @@ impl WorkItem for Cep {
     fn run(this: Arc<Self>) {
         let mut g = this.inner.lock();
         Self::run_locked(&this, &mut g);
+    }
+}
+
+impl ListenerOps<Device> for Listener {
+    fn create(dev: &IbDevice<Device>, id: CmId<Device>, backlog: i32) -> Result<Arc<Self>> {
+        Listener::create(dev, id, backlog)
+    }
+
+    fn destroy(&self) {
+        Listener::destroy(self);
+    }
+}
+
+impl CepOps<Device> for Cep {
+    fn connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
+        Cep::connect(dev, id, param)
+    }
+
+    fn accept(cep: Arc<Self>, id: CmId<Device>, param: ConnParam) -> Result {
+        Cep::accept(cep, id, param)
+    }
+
+    fn reject(cep: Arc<Self>, pdata: &[u8]) -> Result {
+        Cep::reject(cep, pdata)
     }
 }

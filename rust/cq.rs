@@ -15,15 +15,15 @@
 //! and asks the caller to run the completion handler once it holds no locks.
 
 use crate::abi::{WcStatus, WrOpcode};
-use crate::device::{take_slot, Device};
+use crate::device::Device;
+use crate::limits::Object;
 use crate::sys::bindings as b;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{CqAttr, CqNotify, CqOps, IbDevice};
 use crate::sys::obj::IbCq;
 use crate::sys::ring::{cqe_inval_stag, cqe_qp, Ring};
 use crate::sys::udata::UserResponse;
 use crate::sys::Pod;
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
-use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 
@@ -119,7 +119,7 @@ impl From<Overflow> for Notify {
     }
 }
 
-impl Cq {
+impl CqOps<Device> for Cq {
     /// `create_cq`: validates `attr` (no flags, 1..=[`MAX_CQE`] entries), allocates the ring
     /// of the next power of two entries plus the control word (mapped for a user caller,
     /// who gets the siw `create_cq` response through `udata`). Returns the granted depth
@@ -130,9 +130,9 @@ impl Cq {
     /// `EOPNOTSUPP` for flags; `EINVAL` for a depth beyond the limits; `ENOMEM` at the
     /// `max_cq` limit or without memory; `EFAULT` if the response cannot be copied. Each
     /// logs its cause (rate-limited).
-    pub(crate) fn create(
+    fn create(
         dev: &IbDevice<Device>,
-        attr: &b::ib_cq_init_attr,
+        attr: &CqAttr,
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<(u32, impl PinInit<Self, Error>)> {
         if attr.flags != 0 {
@@ -146,14 +146,7 @@ impl Cq {
             );
             return Err(EINVAL);
         }
-        let limit = crate::module_parameters::max_cq.value();
-        if !take_slot(&dev.cqs, limit) {
-            pr_err_ratelimited!(
-                "create_cq: CQ limit reached ({limit}); see module parameter max_cq\n"
-            );
-            return Err(ENOMEM);
-        }
-        let slot = crate::device::SlotGuard::new(&dev.cqs);
+        let slot = dev.counts.take(Object::Cq)?;
         let n = attr.cqe.next_power_of_two();
         let user = udata.is_some();
         let ring = match udata {
@@ -183,10 +176,70 @@ impl Cq {
 
     /// `destroy_cq` (the core guarantees no QP uses it any more): gives back the `max_cq`
     /// unit; the ring goes with the data.
-    pub(crate) fn destroy(dev: &IbDevice<Device>, _cq: &IbCq<Cq>) {
-        dev.cqs.fetch_sub(1, Ordering::AcqRel);
+    fn destroy(dev: &IbDevice<Device>, _cq: &IbCq<Cq>) {
+        dev.counts.give_back(Object::Cq);
     }
 
+    /// into `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
+    /// their slots. Returns how many it filled.
+    fn poll(cq: &IbCq<Cq>, wcs: &mut [b::ib_wc]) -> usize {
+        let this: &Cq = cq;
+        let mut pos = this.pos.lock();
+        let mut n = 0;
+        for wc in wcs.iter_mut() {
+            let idx = pos.get;
+            let flags = this.ring.flags(idx);
+            if flags & VALID == 0 {
+                break;
+            }
+            let cqe = this.ring.read(idx);
+            let mut w = b::ib_wc::zeroed();
+            w.__bindgen_anon_1.wr_id = cqe.id;
+            // A kernel CQ's entries are rsiw's own, so every value is one the ABI defines.
+            w.status = WcStatus::from_raw(cqe.status)
+                .map_or(b::ib_wc_status_IB_WC_GENERAL_ERR, WcStatus::ib);
+            w.opcode = WrOpcode::from_raw(cqe.opcode)
+                .map_or(b::ib_wc_opcode_IB_WC_SEND, WrOpcode::wc_opcode);
+            w.byte_len = cqe.bytes;
+            w.qp = cqe_qp(&cqe);
+            if flags & REM_INVAL != 0 {
+                w.ex.invalidate_rkey = cqe_inval_stag(&cqe);
+                w.wc_flags = b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32;
+            }
+            *wc = w;
+            this.ring.set_flags(idx, 0);
+            pos.get = idx.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    /// `req_notify_cq` for kernel consumers (user space arms through the mapped control
+    /// word itself): `IB_CQ_SOLICITED` arms for the next solicited or failed completion,
+    /// `IB_CQ_NEXT_COMP` for the next one; the arm is one-shot. Returns 1 with
+    /// `IB_CQ_REPORT_MISSED_EVENTS` if completions are waiting already (poll again), else
+    /// 0. Never fails.
+    fn req_notify(cq: &IbCq<Cq>, notify: CqNotify, report_missed: bool) -> Result<i32> {
+        let this: &Cq = cq;
+        let arm = match notify {
+            CqNotify::Solicited => b::siw_notify_flags_SIW_NOTIFY_SOLICITED,
+            CqNotify::NextComp => {
+                b::siw_notify_flags_SIW_NOTIFY_SOLICITED
+                    | b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION
+            }
+        };
+        // The producer reads the arm under the position lock: taking it orders this arm
+        // against a concurrent push (no lost wake-up between arming and checking).
+        let pos = this.pos.lock();
+        this.ring.ctrl_store(arm);
+        if report_missed && this.ring.flags(pos.get) & VALID != 0 {
+            return Ok(1);
+        }
+        Ok(0)
+    }
+}
+
+impl Cq {
     /// Queues completion `c` into the next slot and, if the CQ is armed for it, disarms
     /// it. Any context; may be called with QP or SRQ locks held (the CQ lock nests inside
     /// them).
@@ -236,67 +289,5 @@ impl Cq {
             comp: fire,
             overflow: false,
         })
-    }
-
-    /// `poll_cq` for kernel consumers: moves up to `wcs.len()` completions, oldest first,
-    /// into `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
-    /// their slots. Returns how many it filled.
-    pub(crate) fn poll(cq: &IbCq<Cq>, wcs: &mut [b::ib_wc]) -> usize {
-        let this: &Cq = cq;
-        let mut pos = this.pos.lock();
-        let mut n = 0;
-        for wc in wcs.iter_mut() {
-            let idx = pos.get;
-            let flags = this.ring.flags(idx);
-            if flags & VALID == 0 {
-                break;
-            }
-            let cqe = this.ring.read(idx);
-            let mut w = b::ib_wc::zeroed();
-            w.__bindgen_anon_1.wr_id = cqe.id;
-            // A kernel CQ's entries are rsiw's own, so every value is one the ABI defines.
-            w.status = WcStatus::from_raw(cqe.status)
-                .map_or(b::ib_wc_status_IB_WC_GENERAL_ERR, WcStatus::ib);
-            w.opcode = WrOpcode::from_raw(cqe.opcode)
-                .map_or(b::ib_wc_opcode_IB_WC_SEND, WrOpcode::wc_opcode);
-            w.byte_len = cqe.bytes;
-            w.qp = cqe_qp(&cqe);
-            if flags & REM_INVAL != 0 {
-                w.ex.invalidate_rkey = cqe_inval_stag(&cqe);
-                w.wc_flags = b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32;
-            }
-            *wc = w;
-            this.ring.set_flags(idx, 0);
-            pos.get = idx.wrapping_add(1);
-            n += 1;
-        }
-        n
-    }
-
-    /// `req_notify_cq` for kernel consumers (user space arms through the mapped control
-    /// word itself): `IB_CQ_SOLICITED` arms for the next solicited or failed completion,
-    /// `IB_CQ_NEXT_COMP` for the next one; the arm is one-shot. Returns 1 with
-    /// `IB_CQ_REPORT_MISSED_EVENTS` if completions are waiting already (poll again), else
-    /// 0. Never fails.
-    pub(crate) fn req_notify(cq: &IbCq<Cq>, flags: u32) -> Result<i32> {
-        let this: &Cq = cq;
-        let arm = if flags & b::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK
-            == b::ib_cq_notify_flags_IB_CQ_SOLICITED
-        {
-            b::siw_notify_flags_SIW_NOTIFY_SOLICITED
-        } else {
-            b::siw_notify_flags_SIW_NOTIFY_SOLICITED
-                | b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION
-        };
-        // The producer reads the arm under the position lock: taking it orders this arm
-        // against a concurrent push (no lost wake-up between arming and checking).
-        let pos = this.pos.lock();
-        this.ring.ctrl_store(arm);
-        if flags & b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0
-            && this.ring.flags(pos.get) & VALID != 0
-        {
-            return Ok(1);
-        }
-        Ok(0)
     }
 }

@@ -6,25 +6,20 @@
 //! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
 
 use crate::cq::{Cq, MAX_CQE};
+use crate::limits::{Counts, Object};
 use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
 use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
 use crate::srq::{Srq, MAX_SRQ_WR};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{stat_desc, DeviceOps, IbDevice, NewDevice};
+use crate::sys::ibdev::{stat_desc, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::idtable::ArcTable;
-use crate::sys::iwcm::{CmId, ConnParam};
-use crate::sys::kmem::KernelConsumer;
 use crate::sys::link::LinkHandler;
 use crate::sys::netdev::{NetDev, NetdevEvent, NetdevEvents};
-use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
-use crate::sys::verbs::QpInit;
-use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::str::BStr;
-use kernel::sync::Arc;
 
 /// Vendor ID reported by `query_device`: ASCII "rsw".
 const VENDOR_ID: u32 = 0x0072_7377;
@@ -37,18 +32,8 @@ const NODE_DESC: &[u8] = b"rsiw Rust soft-iWARP";
 pub(crate) struct Device {
     /// The netdev's MAC address in the low 48 bits (updated on NETDEV_CHANGEADDR).
     mac: AtomicU64,
-    /// Open user contexts, limited by the `max_ucontext` module parameter.
-    ucontexts: AtomicU32,
-    /// Protection domains, limited by the `max_pd` module parameter.
-    pds: AtomicU32,
-    /// Completion queues (module parameter `max_cq`).
-    pub(crate) cqs: AtomicU32,
-    /// Queue pairs (module parameter `max_qp`).
-    pub(crate) qps_count: AtomicU32,
-    /// Shared receive queues (module parameter `max_srq`).
-    pub(crate) srqs: AtomicU32,
-    /// Memory regions (module parameter `max_mr`).
-    pub(crate) mrs: AtomicU32,
+    /// The live objects of each kind, within the `max_*` module parameters.
+    pub(crate) counts: Counts,
     /// Regions by STag index.
     #[pin]
     pub(crate) stags: ArcTable<Mem>,
@@ -89,29 +74,6 @@ impl Device {
     }
 }
 
-/// A unit taken from a device counter with [`take_slot`], given back on drop unless kept.
-pub(crate) struct SlotGuard<'a>(Option<&'a AtomicU32>);
-
-impl<'a> SlotGuard<'a> {
-    /// Guards one unit of `counter`.
-    pub(crate) fn new(counter: &'a AtomicU32) -> Self {
-        Self(Some(counter))
-    }
-
-    /// The object was created: the unit stays taken (its destroy gives it back).
-    pub(crate) fn keep(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(c) = self.0 {
-            c.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
 fn mac_to_u64(mac: [u8; 6]) -> u64 {
     let mut b8 = [0u8; 8];
     b8[2..].copy_from_slice(&mac);
@@ -137,26 +99,6 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
         mac[4],
         mac[5],
     ]
-}
-
-/// Returns the IB MTU enum value for an MTU in octets (`ib_mtu_int_to_enum()`).
-pub(crate) fn ib_mtu(mtu: u32) -> b::ib_mtu {
-    match mtu {
-        4096.. => b::ib_mtu_IB_MTU_4096,
-        2048..=4095 => b::ib_mtu_IB_MTU_2048,
-        1024..=2047 => b::ib_mtu_IB_MTU_1024,
-        512..=1023 => b::ib_mtu_IB_MTU_512,
-        _ => b::ib_mtu_IB_MTU_256,
-    }
-}
-
-/// Takes one unit of `counter` if it is below `limit`.
-pub(crate) fn take_slot(counter: &AtomicU32, limit: u32) -> bool {
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < limit).then_some(n + 1)
-        })
-        .is_ok()
 }
 
 impl DeviceOps for Device {
@@ -193,42 +135,17 @@ impl DeviceOps for Device {
         Ok(())
     }
 
-    fn query_port(dev: &IbDevice<Self>, port: u32, attr: &mut b::ib_port_attr) -> Result {
-        if port != 1 {
-            return Err(EINVAL);
-        }
+    fn query_port(dev: &IbDevice<Self>) -> Result<PortAttr> {
         let ndev = dev.netdev().ok_or(ENODEV)?;
-        let (mut speed, mut width) = (0u16, 0u8);
-        dev.eth_speed(port, &mut speed, &mut width)?;
-        attr.active_speed = speed;
-        attr.active_width = width;
-        attr.gid_tbl_len = 1;
-
-        attr.max_msg_sz = u32::MAX;
-        // A max_mtu of 0 means the netdev sets no limit (dummy, for example).
-        attr.max_mtu = match ndev.max_mtu() {
-            0 => b::ib_mtu_IB_MTU_4096,
-            m => ib_mtu(m),
-        };
-        attr.active_mtu = ib_mtu(ndev.mtu());
-        let active = ndev.is_active();
-        attr.state = if active {
-            b::ib_port_state_IB_PORT_ACTIVE
-        } else {
-            b::ib_port_state_IB_PORT_DOWN
-        };
-        attr.phys_state = if active {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
-        } else {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
-        };
-        attr.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP
-            | b::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP;
-        Ok(())
+        Ok(PortAttr {
+            active: ndev.is_active(),
+            max_mtu: ndev.max_mtu(),
+            mtu: ndev.mtu(),
+        })
     }
 
-    fn query_gid(dev: &IbDevice<Self>, port: u32, index: i32) -> Result<[u8; 16]> {
-        if port != 1 || index != 0 {
+    fn query_gid(dev: &IbDevice<Self>, index: i32) -> Result<[u8; 16]> {
+        if index != 0 {
             return Err(EINVAL);
         }
         let mut gid = [0u8; 16];
@@ -236,51 +153,25 @@ impl DeviceOps for Device {
         Ok(gid)
     }
 
-    fn port_immutable(_dev: &IbDevice<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
-        if port != 1 {
-            return Err(EINVAL);
-        }
-        imm.gid_tbl_len = 1;
-
-        imm.core_cap_flags = b::RDMA_CORE_PORT_IWARP;
+    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
+        let slot = dev.counts.take(Object::Ucontext)?;
+        resp.write(&b::siw_uresp_alloc_ctx { dev_id: 0, pad: 0 })?;
+        slot.keep();
         Ok(())
     }
 
-    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
-        let limit = crate::module_parameters::max_ucontext.value();
-        if !take_slot(&dev.ucontexts, limit) {
-            pr_err_ratelimited!(
-                "user context limit reached ({limit}); see module parameter max_ucontext\n"
-            );
-            return Err(ENOMEM);
-        }
-        let r = resp.write(&b::siw_uresp_alloc_ctx { dev_id: 0, pad: 0 });
-        if r.is_err() {
-            dev.ucontexts.fetch_sub(1, Ordering::AcqRel);
-        }
-        r
-    }
-
     fn dealloc_ucontext(dev: &IbDevice<Self>) {
-        dev.ucontexts.fetch_sub(1, Ordering::AcqRel);
+        dev.counts.give_back(Object::Ucontext);
     }
 
     fn alloc_pd(dev: &IbDevice<Self>) -> Result {
-        let limit = crate::module_parameters::max_pd.value();
-        if !take_slot(&dev.pds, limit) {
-            pr_err_ratelimited!(
-                "protection domain limit reached ({limit}); see module parameter max_pd\n"
-            );
-            return Err(ENOMEM);
-        }
+        dev.counts.take(Object::Pd)?.keep();
         Ok(())
     }
 
     fn dealloc_pd(dev: &IbDevice<Self>) {
-        dev.pds.fetch_sub(1, Ordering::AcqRel);
+        dev.counts.give_back(Object::Pd);
     }
-
-    fn dealloc(_dev: &IbDevice<Self>) {}
 
     // In the order of `Stat`.
     const HW_STATS: &'static [b::rdma_stat_desc] = &[
@@ -293,7 +184,7 @@ impl DeviceOps for Device {
         stat_desc(c"terminate_received"),
     ];
 
-    fn hw_stats(dev: &IbDevice<Self>, _port: u32, values: &mut [u64]) {
+    fn hw_stats(dev: &IbDevice<Self>, values: &mut [u64]) {
         for (v, c) in values.iter_mut().zip(dev.stats.iter()) {
             *v = c.load(Ordering::Relaxed);
         }
@@ -303,167 +194,8 @@ impl DeviceOps for Device {
     type Qp = Qp;
     type Srq = Srq;
     type Mr = Mr;
-
-    fn create_cq(
-        dev: &IbDevice<Self>,
-        attr: &b::ib_cq_init_attr,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<(u32, impl PinInit<Cq, Error>)> {
-        Cq::create(dev, attr, udata)
-    }
-
-    fn destroy_cq(dev: &IbDevice<Self>, cq: &IbCq<Cq>) {
-        Cq::destroy(dev, cq);
-    }
-
-    fn poll_cq(cq: &IbCq<Cq>, wc: &mut [b::ib_wc]) -> usize {
-        Cq::poll(cq, wc)
-    }
-
-    fn req_notify_cq(cq: &IbCq<Cq>, flags: u32) -> Result<i32> {
-        Cq::req_notify(cq, flags)
-    }
-
-    fn create_qp(
-        dev: &IbDevice<Self>,
-        init: QpInit<'_, Self>,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Qp, Error>> {
-        Qp::create(dev, init, udata)
-    }
-
-    fn destroy_qp(dev: &IbDevice<Self>, qp: &IbQp<Qp>) {
-        Qp::destroy(dev, qp);
-    }
-
-    fn modify_qp(_dev: &IbDevice<Self>, qp: &IbQp<Qp>, attr: &b::ib_qp_attr, mask: u32) -> Result {
-        Qp::modify(qp, attr, mask)
-    }
-
-    fn query_qp(
-        dev: &IbDevice<Self>,
-        qp: &IbQp<Qp>,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) -> Result {
-        Qp::query(dev, qp, attr, init);
-        Ok(())
-    }
-
-    fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
-        Qp::post_send(qp, wrs)
-    }
-
-    fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
-        Qp::post_recv(qp, wrs)
-    }
-
-    fn create_srq(
-        dev: &IbDevice<Self>,
-        attr: &mut b::ib_srq_init_attr,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Srq, Error>> {
-        Srq::create(dev, attr, udata)
-    }
-
-    fn destroy_srq(dev: &IbDevice<Self>, srq: &IbSrq<Srq>) {
-        Srq::destroy(dev, srq);
-    }
-
-    fn modify_srq(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
-        Srq::modify(srq, attr, mask)
-    }
-
-    fn query_srq(srq: &IbSrq<Srq>, attr: &mut b::ib_srq_attr) {
-        Srq::query(srq, attr);
-    }
-
-    fn post_srq_recv<'a>(
-        srq: &IbSrq<Srq>,
-        wrs: WrList<'a, RecvWr>,
-    ) -> Result<(), PostError<'a, RecvWr>> {
-        Srq::post(srq, wrs)
-    }
-
-    fn get_dma_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        access: i32,
-        kc: KernelConsumer,
-    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::dma(dev, pd, access, kc).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
-    }
-
-    fn reg_user_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        start: u64,
-        len: u64,
-        iova: u64,
-        access: i32,
-        udata: &mut UserResponse<'_>,
-    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::user(dev, pd, start, len, iova, access, udata)
-            .map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
-    }
-
-    fn alloc_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        ty: b::ib_mr_type,
-        max_num_sg: u32,
-        kc: KernelConsumer,
-    ) -> Result<(u32, impl PinInit<Mr, Error>)> {
-        Mr::frmr(dev, pd, ty, max_num_sg, kc).map(|(stag, mr)| (stag, Ok::<Mr, Error>(mr)))
-    }
-
-    fn mr_map_begin(mr: &IbMr<Mr>) -> Result {
-        Mr::map_begin(mr)
-    }
-
-    fn mr_set_page(mr: &IbMr<Mr>, addr: u64) -> Result {
-        Mr::set_page(mr, addr)
-    }
-
-    fn mr_map_end(mr: &IbMr<Mr>, iova: u64, len: u64, page_size: u32) {
-        Mr::map_end(mr, iova, len, page_size);
-    }
-
-    fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Mr>) {
-        Mr::dereg(dev, mr);
-    }
-
     type Listener = crate::cm::Listener;
     type Cep = crate::cm::Cep;
-
-    fn iw_create_listen(
-        dev: &IbDevice<Self>,
-        id: CmId<Self>,
-        backlog: i32,
-    ) -> Result<Arc<Self::Listener>> {
-        crate::cm::Listener::create(dev, id, backlog)
-    }
-
-    fn iw_destroy_listen(_dev: &IbDevice<Self>, l: Arc<Self::Listener>) {
-        l.destroy();
-    }
-
-    fn iw_connect(dev: &IbDevice<Self>, id: CmId<Self>, param: ConnParam) -> Result {
-        crate::cm::Cep::connect(dev, id, param)
-    }
-
-    fn iw_accept(
-        _dev: &IbDevice<Self>,
-        cep: Arc<Self::Cep>,
-        id: CmId<Self>,
-        param: ConnParam,
-    ) -> Result {
-        crate::cm::Cep::accept(cep, id, param)
-    }
-
-    fn iw_reject(_dev: &IbDevice<Self>, cep: Arc<Self::Cep>, pdata: &[u8]) -> Result {
-        crate::cm::Cep::reject(cep, pdata)
-    }
 }
 
 /// The `rsiw` link type and netdev event handler.
@@ -493,12 +225,7 @@ impl LinkHandler for Link {
             ndev,
             pin_init!(Device {
                 mac: AtomicU64::new(mac_to_u64(mac)),
-                ucontexts: AtomicU32::new(0),
-                pds: AtomicU32::new(0),
-                cqs: AtomicU32::new(0),
-                qps_count: AtomicU32::new(0),
-                srqs: AtomicU32::new(0),
-                mrs: AtomicU32::new(0),
+                counts: Counts::new(),
                 // Start STag indices at a random point, like the C siw.
                 stags <- ArcTable::new(crate::sys::random_u32() & 0x00ff_ffff),
                 stats: [const { AtomicU64::new(0) }; STAT_COUNT],

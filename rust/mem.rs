@@ -16,10 +16,11 @@
 //! requests, and the RX path Send with Invalidate, with [`Device::fast_register`] and
 //! [`Device::invalidate_stag`]; rsiw advertises `IB_DEVICE_MEM_MGT_EXTENSIONS`.
 
-use crate::device::{take_slot, Device, SlotGuard};
+use crate::device::Device;
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
+use crate::limits::Object;
 use crate::sys::bindings as b;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{IbDevice, MrOps};
 use crate::sys::kmem::{KernelConsumer, Kva};
 use crate::sys::obj::{IbMr, PdId};
 use crate::sys::pr_err_ratelimited;
@@ -300,14 +301,7 @@ impl Mr {
         len: u64,
         kind: Kind,
     ) -> Result<(u32, Mr)> {
-        let limit = crate::module_parameters::max_mr.value();
-        if !take_slot(&dev.mrs, limit) {
-            return Err(fail(
-                format_args!("MR limit reached ({limit}); see module parameter max_mr"),
-                ENOMEM,
-            ));
-        }
-        let slot = SlotGuard::new(&dev.mrs);
+        let slot = dev.counts.take(Object::Mr)?;
         let (dma, valid, umem, kernel, max_pages) = match kind {
             Kind::Dma(kc) => (true, true, None, Some(kc), 0),
             Kind::User(u) => (false, true, Some(u), None, 0),
@@ -349,6 +343,15 @@ impl Mr {
         Ok((stag, Mr { mem }))
     }
 
+    fn deregister(dev: &IbDevice<Device>, mr: &Mr) {
+        mr.mem.valid.store(false, Ordering::Release);
+        // Drops the table's reference; transfers holding one finish with theirs.
+        dev.stags.remove(mr.mem.stag.load(Ordering::Relaxed) >> 8);
+        dev.counts.give_back(Object::Mr);
+    }
+}
+
+impl MrOps<Device> for Mr {
     /// `get_dma_mr`: a region of all kernel memory with rights `access` in `pd`, for
     /// kernel consumers (the core asks for one per kernel PD: its `local_dma_lkey`).
     /// Returns its STag (key 0) and the MR data.
@@ -356,7 +359,7 @@ impl Mr {
     /// # Errors
     ///
     /// As [`Mr::register`].
-    pub(crate) fn dma(
+    fn get_dma(
         dev: &IbDevice<Device>,
         pd: PdId,
         access: i32,
@@ -377,7 +380,7 @@ impl Mr {
     /// `RLIMIT_MEMLOCK`); as [`Mr::register`]; `EFAULT` if the response cannot be copied.
     /// Each logs its cause (rate-limited).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn user(
+    fn reg_user(
         dev: &IbDevice<Device>,
         pd: PdId,
         start: u64,
@@ -429,21 +432,13 @@ impl Mr {
     ///
     /// # Errors
     ///
-    /// `EOPNOTSUPP` for types other than `IB_MR_TYPE_MEM_REG`; `EINVAL` for `max_num_sg`
-    /// outside 1..=[`MAX_FRMR_PAGES`]; as [`Mr::register`].
-    pub(crate) fn frmr(
+    /// `EINVAL` for `max_num_sg` outside 1..=[`MAX_FRMR_PAGES`]; as [`Mr::register`].
+    fn alloc_fast(
         dev: &IbDevice<Device>,
         pd: PdId,
-        ty: b::ib_mr_type,
         max_num_sg: u32,
         kc: KernelConsumer,
     ) -> Result<(u32, Mr)> {
-        if ty != b::ib_mr_type_IB_MR_TYPE_MEM_REG {
-            return Err(fail(
-                format_args!("alloc_mr: MR type {ty} is not supported"),
-                EOPNOTSUPP,
-            ));
-        }
         if max_num_sg == 0 || max_num_sg > MAX_FRMR_PAGES {
             return Err(fail(
                 format_args!("alloc_mr: max_num_sg {max_num_sg} outside 1..={MAX_FRMR_PAGES}"),
@@ -458,7 +453,7 @@ impl Mr {
     /// # Errors
     ///
     /// `EINVAL` (logged) for an MR that is not a fast-registration MR.
-    pub(crate) fn map_begin(mr: &IbMr<Mr>) -> Result {
+    fn map_begin(mr: &IbMr<Mr>) -> Result {
         if mr.mem.max_pages == 0 {
             return Err(fail(
                 format_args!("map_mr_sg: not a fast-registration MR"),
@@ -475,7 +470,7 @@ impl Mr {
     ///
     /// `ENOMEM` beyond the MR's `max_num_sg` pages (`ib_sg_to_pages` then stops and
     /// reports how many entries it mapped).
-    pub(crate) fn set_page(mr: &IbMr<Mr>, addr: u64) -> Result {
+    fn set_page(mr: &IbMr<Mr>, addr: u64) -> Result {
         let mut pages = mr.mem.pages.lock();
         if pages.len() >= mr.mem.max_pages as usize {
             return Err(ENOMEM);
@@ -486,22 +481,15 @@ impl Mr {
 
     /// `map_mr_sg`, end: the page list covers `len` octets at DMA address `iova` in pages
     /// of `page_size` octets; the region a REG_MR work request will make valid.
-    pub(crate) fn map_end(mr: &IbMr<Mr>, iova: u64, len: u64, page_size: u32) {
+    fn map_end(mr: &IbMr<Mr>, iova: u64, len: u64, page_size: u32) {
         mr.mem.va.store(iova, Ordering::Relaxed);
         mr.mem.len.store(len, Ordering::Relaxed);
         mr.mem.page_size.store(page_size, Ordering::Relaxed);
     }
 
-    fn deregister(dev: &IbDevice<Device>, mr: &Mr) {
-        mr.mem.valid.store(false, Ordering::Release);
-        // Drops the table's reference; transfers holding one finish with theirs.
-        dev.stags.remove(mr.mem.stag.load(Ordering::Relaxed) >> 8);
-        dev.mrs.fetch_sub(1, Ordering::AcqRel);
-    }
-
     /// `dereg_mr`: invalidates the STag, removes it from the table (transfers holding a
     /// reference finish with it) and gives back the `max_mr` unit.
-    pub(crate) fn dereg(dev: &IbDevice<Device>, mr: &IbMr<Mr>) {
+    fn dereg(dev: &IbDevice<Device>, mr: &IbMr<Mr>) {
         Self::deregister(dev, mr);
     }
 }

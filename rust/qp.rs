@@ -28,15 +28,16 @@ pub(crate) use post::build_rqe;
 
 use crate::conn::Conn;
 use crate::cq::Cq;
-use crate::device::{take_slot, Device, SlotGuard};
+use crate::device::Device;
+use crate::limits::Object;
 use crate::srq::Srq;
 use crate::sys::bindings as b;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps};
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::Ring;
 use crate::sys::udata::UserResponse;
-use crate::sys::verbs::QpInit;
+use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, Mutex, SpinLockIrq};
@@ -59,7 +60,7 @@ struct Pos {
 
 /// Attributes set by `modify_qp`.
 struct Attrs {
-    access: i32,
+    access: u32,
 }
 
 /// The sizes granted at creation.
@@ -181,14 +182,7 @@ impl Qp {
             b::ib_sig_type_IB_SIGNAL_REQ_WR => false,
             t => return Err(invalid(qpn, format_args!("sq_sig_type {t} unknown"))),
         };
-        let limit = crate::module_parameters::max_qp.value();
-        if !take_slot(&dev.qps_count, limit) {
-            pr_err_ratelimited!(
-                "create_qp: QP limit reached ({limit}); see module parameter max_qp\n"
-            );
-            return Err(ENOMEM);
-        }
-        let slot = SlotGuard::new(&dev.qps_count);
+        let slot = dev.counts.take(Object::Qp)?;
         let num_sqe = cap.max_send_wr.next_power_of_two();
         let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {
             0
@@ -267,40 +261,30 @@ impl Qp {
             let _attrs = qp.attrs.lock();
             Self::enter_any(qp, State::Error);
         }
-        dev.qps_count.fetch_sub(1, Ordering::AcqRel);
+        dev.counts.give_back(Object::Qp);
     }
 
-    /// `query_qp`: fills the state, the granted capabilities and the access flags into
-    /// `attr`, and the capabilities and signalling type into `init`.
-    pub(crate) fn query(
-        dev: &IbDevice<Device>,
-        qp: &IbQp<Qp>,
-        attr: &mut b::ib_qp_attr,
-        init: &mut b::ib_qp_init_attr,
-    ) {
+    /// `query_qp`: the state, the granted capabilities, the signalling type, the access
+    /// flags, the netdev's MTU and the connection's IRD and ORD.
+    pub(crate) fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {
         let access = qp.attrs.lock().access;
-        let state = qp.state().to_ib();
-        attr.qp_state = state;
-        attr.cur_qp_state = state;
-        attr.cap.max_send_wr = qp.sq.size();
-        attr.cap.max_recv_wr = qp.rq.as_ref().map_or(0, |r| r.size());
-        attr.cap.max_send_sge = qp.caps.send_sge;
-        attr.cap.max_recv_sge = qp.caps.recv_sge;
-        attr.cap.max_inline_data = qp.caps.inline;
-        attr.qp_access_flags = access;
-        if let Some(ndev) = dev.netdev() {
-            attr.path_mtu = crate::device::ib_mtu(ndev.mtu());
-        }
         // RDMA Read depths of the connection (none while not connected).
         let (ird, ord) = Self::conn(qp).map_or((0, 0), |c| c.ird_ord());
-        attr.max_rd_atomic = ord as u8;
-        attr.max_dest_rd_atomic = ird as u8;
-        init.cap = attr.cap;
-        init.sq_sig_type = if qp.sig_all {
-            b::ib_sig_type_IB_SIGNAL_ALL_WR
-        } else {
-            b::ib_sig_type_IB_SIGNAL_REQ_WR
-        };
+        QpAttrs {
+            state: qp.state().to_verbs(),
+            cap: QpCap {
+                max_send_wr: qp.sq.size(),
+                max_recv_wr: qp.rq.as_ref().map_or(0, |r| r.size()),
+                max_send_sge: qp.caps.send_sge,
+                max_recv_sge: qp.caps.recv_sge,
+                max_inline_data: qp.caps.inline,
+            },
+            sig_all: qp.sig_all,
+            access,
+            mtu: dev.netdev().map(|n| n.mtu()),
+            ird: u8::try_from(ird).unwrap_or(u8::MAX),
+            ord: u8::try_from(ord).unwrap_or(u8::MAX),
+        }
     }
 
     /// The protection domain the QP belongs to: STags used on it must belong to the same
@@ -337,5 +321,35 @@ impl Qp {
     /// The QP's connection, if connected.
     pub(crate) fn conn(qp: &IbQp<Qp>) -> Option<Arc<Conn>> {
         qp.conn.lock().clone()
+    }
+}
+
+impl QpOps<Device> for Qp {
+    fn create(
+        dev: &IbDevice<Device>,
+        init: QpInit<'_, Device>,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Self, Error>> {
+        Qp::create(dev, init, udata)
+    }
+
+    fn destroy(dev: &IbDevice<Device>, qp: &IbQp<Qp>) {
+        Qp::destroy(dev, qp);
+    }
+
+    fn modify(qp: &IbQp<Qp>, change: &QpModify) -> Result {
+        Qp::modify(qp, change)
+    }
+
+    fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {
+        Qp::query(dev, qp)
+    }
+
+    fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
+        Qp::post_send(qp, wrs)
+    }
+
+    fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
+        Qp::post_recv(qp, wrs)
     }
 }

@@ -18,6 +18,7 @@ mod crc;
 mod device;
 #[cfg(CONFIG_KUNIT = "y")]
 mod kverbs_test;
+mod limits;
 mod mem;
 mod qp;
 mod srq;

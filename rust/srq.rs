@@ -11,17 +11,17 @@
 //! A QP using an SRQ that enters ERROR does not flush the SRQ's RQEs: they belong to the
 //! SRQ and stay available to its other QPs (the QP reports `IB_EVENT_QP_LAST_WQE_REACHED`).
 
-use crate::device::{take_slot, Device, SlotGuard};
+use crate::device::Device;
+use crate::limits::Object;
 use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
 use crate::sys::obj::IbSrq;
 use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::Ring;
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, WrList};
-use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 
@@ -54,31 +54,23 @@ fn invalid(what: core::fmt::Arguments<'_>) -> Error {
     EINVAL
 }
 
-impl Srq {
-    /// `create_srq`: validates `init` (basic SRQ, 1..=[`MAX_SRQ_WR`] WRs, at most
-    /// [`MAX_SGE`] SGEs, `srq_limit <= max_wr`), allocates the ring (mapped for a user
-    /// caller, who gets the siw `create_srq` response through `udata`) and writes the
-    /// granted depth back into `init.attr.max_wr`. A non-zero `srq_limit` arms the limit
-    /// event. Returns the SRQ data's initialiser.
+impl SrqOps<Device> for Srq {
+    /// `create_srq`: validates `attr` (1..=[`MAX_SRQ_WR`] WRs, at most [`MAX_SGE`] SGEs, a
+    /// limit up to `max_wr`), allocates the ring (mapped for a user caller, who gets the
+    /// siw `create_srq` response through `udata`). A non-zero limit arms the limit event.
+    /// Returns the granted depth (the next power of two) and the SRQ data's initialiser.
     ///
     /// # Errors
     ///
-    /// `EOPNOTSUPP` for other SRQ types; `EINVAL` for attributes beyond the limits;
+    /// `EINVAL` for attributes beyond the limits;
     /// `ENOMEM` at the `max_srq` limit or without memory; `EFAULT` if the response cannot
     /// be copied. Each logs its cause (rate-limited).
-    pub(crate) fn create(
+    fn create(
         dev: &IbDevice<Device>,
-        init: &mut b::ib_srq_init_attr,
+        attr: &SrqAttr,
         udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self, Error>> {
-        if init.srq_type != b::ib_srq_type_IB_SRQT_BASIC {
-            pr_err_ratelimited!(
-                "create_srq: SRQ type {} is not supported (basic SRQs only)\n",
-                init.srq_type
-            );
-            return Err(EOPNOTSUPP);
-        }
-        let a = init.attr;
+    ) -> Result<(u32, impl PinInit<Self, Error>)> {
+        let a = *attr;
         if a.max_wr == 0 || a.max_wr > MAX_SRQ_WR {
             return Err(invalid(format_args!(
                 "max_wr {} outside 1..={MAX_SRQ_WR}",
@@ -91,20 +83,13 @@ impl Srq {
                 a.max_sge
             )));
         }
-        if a.srq_limit > a.max_wr {
+        if a.limit > a.max_wr {
             return Err(invalid(format_args!(
                 "srq_limit {} above max_wr {}",
-                a.srq_limit, a.max_wr
+                a.limit, a.max_wr
             )));
         }
-        let limit = crate::module_parameters::max_srq.value();
-        if !take_slot(&dev.srqs, limit) {
-            pr_err_ratelimited!(
-                "create_srq: SRQ limit reached ({limit}); see module parameter max_srq\n"
-            );
-            return Err(ENOMEM);
-        }
-        let slot = SlotGuard::new(&dev.srqs);
+        let slot = dev.counts.take(Object::Srq)?;
         let n = a.max_wr.next_power_of_two();
         let user = udata.is_some();
         let ring = match udata {
@@ -119,59 +104,62 @@ impl Srq {
             }
             None => Ring::new_kernel(n, false)?,
         };
-        init.attr.max_wr = n;
         slot.keep();
-        Ok(try_pin_init!(Self {
+        Ok((
+            n,
+            try_pin_init!(Self {
             user,
             max_sge: a.max_sge,
             ring,
             state <- new_spinlock_irq!(
-                State { put: 0, get: 0, limit: a.srq_limit, armed: a.srq_limit > 0 },
+                State { put: 0, get: 0, limit: a.limit, armed: a.limit > 0 },
                 "rsiw_srq"
             ),
-        }? Error))
+        }? Error),
+        ))
     }
 
     /// `destroy_srq` (the core guarantees no QP uses it any more): gives back the
     /// `max_srq` unit; the ring goes with the data.
-    pub(crate) fn destroy(dev: &IbDevice<Device>, _srq: &IbSrq<Srq>) {
-        dev.srqs.fetch_sub(1, Ordering::AcqRel);
+    fn destroy(dev: &IbDevice<Device>, _srq: &IbSrq<Srq>) {
+        dev.counts.give_back(Object::Srq);
     }
 
-    /// `modify_srq` with `IB_SRQ_*` mask `mask`: `IB_SRQ_LIMIT` sets the limit to
-    /// `attr.srq_limit` and arms the limit event (0 disarms it).
+    /// `modify_srq`: a new limit (`IB_SRQ_LIMIT`) is set and arms the limit event (0
+    /// disarms it).
     ///
     /// # Errors
     ///
     /// `EOPNOTSUPP` for resizing (`IB_SRQ_MAX_WR`); `EINVAL` for a limit above the SRQ
     /// size. Each logs its cause (rate-limited).
-    pub(crate) fn modify(srq: &IbSrq<Srq>, attr: &b::ib_srq_attr, mask: u32) -> Result {
-        if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
+    fn modify(srq: &IbSrq<Srq>, change: &SrqModify) -> Result {
+        if change.max_wr.is_some() {
             pr_err_ratelimited!("modify_srq: resizing an SRQ is not supported\n");
             return Err(EOPNOTSUPP);
         }
-        if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
+        if let Some(limit) = change.limit {
             let mut st = srq.state.lock();
-            if attr.srq_limit > srq.ring.size() {
+            if limit > srq.ring.size() {
                 return Err(invalid(format_args!(
-                    "srq_limit {} above the SRQ size {}",
-                    attr.srq_limit,
+                    "srq_limit {limit} above the SRQ size {}",
                     srq.ring.size()
                 )));
             }
-            st.limit = attr.srq_limit;
-            st.armed = attr.srq_limit > 0;
+            st.limit = limit;
+            st.armed = limit > 0;
         }
         Ok(())
     }
 
-    /// `query_srq`: fills the granted depth, the SGE limit and the current limit into
-    /// `attr` (the limit is the value last set, armed or not).
-    pub(crate) fn query(srq: &IbSrq<Srq>, attr: &mut b::ib_srq_attr) {
+    /// `query_srq`: the granted depth, the SGE limit and the current limit (the value last
+    /// set, armed or not).
+    fn query(srq: &IbSrq<Srq>) -> SrqAttr {
         let st = srq.state.lock();
-        attr.max_wr = srq.ring.size();
-        attr.max_sge = srq.max_sge;
-        attr.srq_limit = st.limit;
+        SrqAttr {
+            max_wr: srq.ring.size(),
+            max_sge: srq.max_sge,
+            limit: st.limit,
+        }
     }
 
     /// `post_srq_recv` (kernel SRQs): copies the WRs into the SRQ in order.
@@ -180,10 +168,7 @@ impl Srq {
     ///
     /// With the first WR not posted: `EINVAL` for user SRQs (they post through the mapped
     /// ring) and malformed WRs; `ENOMEM` if the SRQ is full.
-    pub(crate) fn post<'a>(
-        srq: &IbSrq<Srq>,
-        wrs: WrList<'a, RecvWr>,
-    ) -> Result<(), PostError<'a, RecvWr>> {
+    fn post<'a>(srq: &IbSrq<Srq>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
         if srq.user {
             let first = wrs.clone().next();
             return Err(PostError::at(
@@ -209,7 +194,9 @@ impl Srq {
         }
         Ok(())
     }
+}
 
+impl Srq {
     /// For the RX path ([`crate::qp::Qp::take_rqe`]): consumes the RQE at the head of the
     /// SRQ and returns a validated copy, or [`BadRqe`] for a malformed user RQE (consumed
     /// too; the RX path completes it in error); `None` if the SRQ is empty. If the limit is

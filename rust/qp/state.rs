@@ -22,14 +22,11 @@ use super::{invalid, Pos, Qp, VALID};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
+use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::obj::IbQp;
-use crate::sys::pr_err_ratelimited;
 use crate::sys::ring::{Ring, RingElem};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
-
-/// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
-const STANDARD_BITS: u32 = (1 << 21) - 1;
 
 /// The QP states rsiw can be in (SQD/SQE, the iWARP Closing/Terminate states, come with
 /// the transport).
@@ -60,14 +57,14 @@ impl State {
         }
     }
 
-    /// The verbs state (`IB_QPS_*`).
-    pub(super) fn to_ib(self) -> b::ib_qp_state {
+    /// The verbs state.
+    pub(super) fn to_verbs(self) -> QpState {
         match self {
-            Self::Reset => b::ib_qp_state_IB_QPS_RESET,
-            Self::Init => b::ib_qp_state_IB_QPS_INIT,
-            Self::Rtr => b::ib_qp_state_IB_QPS_RTR,
-            Self::Rts => b::ib_qp_state_IB_QPS_RTS,
-            Self::Error => b::ib_qp_state_IB_QPS_ERR,
+            Self::Reset => QpState::Reset,
+            Self::Init => QpState::Init,
+            Self::Rtr => QpState::Rtr,
+            Self::Rts => QpState::Rts,
+            Self::Error => QpState::Error,
         }
     }
 
@@ -75,18 +72,18 @@ impl State {
     ///
     /// # Errors
     ///
-    /// `EINVAL` (with a rate-limited message) for SQD, SQE and unknown values.
-    fn from_ib(qpn: u32, s: b::ib_qp_state) -> Result<Self> {
+    /// `EINVAL` (with a rate-limited message) for SQD and SQE.
+    fn from_verbs(qpn: u32, s: QpState) -> Result<Self> {
         Ok(match s {
-            b::ib_qp_state_IB_QPS_RESET => Self::Reset,
-            b::ib_qp_state_IB_QPS_INIT => Self::Init,
-            b::ib_qp_state_IB_QPS_RTR => Self::Rtr,
-            b::ib_qp_state_IB_QPS_RTS => Self::Rts,
-            b::ib_qp_state_IB_QPS_ERR => Self::Error,
-            _ => {
+            QpState::Reset => Self::Reset,
+            QpState::Init => Self::Init,
+            QpState::Rtr => Self::Rtr,
+            QpState::Rts => Self::Rts,
+            QpState::Error => Self::Error,
+            QpState::Sqd | QpState::Sqe => {
                 return Err(invalid(
                     qpn,
-                    format_args!("state {s} (SQD/SQE or unknown) cannot be requested on iWARP"),
+                    format_args!("state {s:?} cannot be requested on iWARP"),
                 ));
             }
         })
@@ -262,26 +259,17 @@ impl Qp {
         }
     }
 
-    /// `modify_qp` with `IB_QP_*` attribute mask `mask`: `IB_QP_STATE` (see the module
-    /// documentation for the transitions), `IB_QP_CUR_STATE` (must match) and
-    /// `IB_QP_ACCESS_FLAGS`; the other standard attributes are accepted and ignored (path,
-    /// timeout and retry attributes have no meaning on iWARP).
+    /// `modify_qp`: a new state (see the module documentation for the transitions), the
+    /// state the consumer believes current (must match) and the access rights.
     ///
     /// # Errors
     ///
-    /// `EOPNOTSUPP` for mask bits beyond the standard attributes; `EINVAL` for a state that
-    /// cannot be requested, a transition the table refuses (RTS from anything but RTS) or a
-    /// wrong `cur_qp_state`. Every error logs its cause (rate-limited).
-    pub(crate) fn modify(qp: &IbQp<Qp>, attr: &b::ib_qp_attr, mask: u32) -> Result {
+    /// `EINVAL` for a state that cannot be requested, a transition the table refuses (RTS
+    /// from anything but RTS) or a wrong current state. Every error logs its cause
+    /// (rate-limited).
+    pub(crate) fn modify(qp: &IbQp<Qp>, change: &QpModify) -> Result {
         let qpn = qp.qpn();
-        if mask & !STANDARD_BITS != 0 {
-            pr_err_ratelimited!(
-                "QP {qpn}: modify_qp attribute mask {mask:#x} has unsupported bits\n"
-            );
-            return Err(EOPNOTSUPP);
-        }
-        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 && attr.qp_state == b::ib_qp_state_IB_QPS_SQD
-        {
+        if change.state == Some(QpState::Sqd) {
             // iw_cm's graceful disconnect (RFC 5040 §6.2.1: the stream closes, the QP
             // leaves RTS). A QP that is not connected has nothing to drain.
             return match Self::conn(qp) {
@@ -299,21 +287,22 @@ impl Qp {
         }
         let mut attrs = qp.attrs.lock();
         let cur = qp.state();
-        if mask & b::ib_qp_attr_mask_IB_QP_CUR_STATE != 0 && attr.cur_qp_state != cur.to_ib() {
-            return Err(invalid(
-                qpn,
-                format_args!("cur_qp_state {} but the QP is {cur:?}", attr.cur_qp_state),
-            ));
+        if let Some(believed) = change.cur_state {
+            if believed != cur.to_verbs() {
+                return Err(invalid(
+                    qpn,
+                    format_args!("cur_qp_state {believed:?} but the QP is {cur:?}"),
+                ));
+            }
         }
-        let new = if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
-            State::from_ib(qpn, attr.qp_state)?
-        } else {
-            cur
+        let new = match change.state {
+            Some(s) => State::from_verbs(qpn, s)?,
+            None => cur,
         };
         // Checked here for a clear error before anything changes, and again under the
         // position locks (the connection manager or a data path may move the QP meanwhile).
         check_transition(qpn, cur, new)?;
-        if mask & b::ib_qp_attr_mask_IB_QP_STATE != 0 {
+        if change.state.is_some() {
             let (prev, sq_flushed) =
                 Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
             if new == State::Error {
@@ -331,8 +320,8 @@ impl Qp {
                 }
             }
         }
-        if mask & b::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0 {
-            attrs.access = attr.qp_access_flags;
+        if let Some(access) = change.access {
+            attrs.access = access;
         }
         Ok(())
     }

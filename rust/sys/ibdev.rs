@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! RDMA devices: the `struct ib_device` container, its operation table and trampolines,
-//! registration, and the registry of rsiw's own devices.
+//! RDMA devices: the `struct ib_device` container and its operation table, registration,
+//! and the registry of rsiw's own devices. The verbs a driver implements are the traits of
+//! [`ops`]; the trampolines that call them live beside it, one file per core object
+//! (`device.rs`, `cq.rs`, `qp.rs`, `srq.rs`, `mr.rs`; iw_cm's in `sys/iwcm.rs`).
 //!
 //! Lifetime of a device (the RDMA core's "dealloc_driver" flow):
 //! 1. [`NewDevice::new`] allocates the container with `_ib_alloc_device`, initialises the
@@ -11,201 +13,29 @@
 //!    calling `dealloc_driver`, where the Rust part is removed from the registry and
 //!    dropped in place; the core frees the memory afterwards.
 
+mod cq;
+mod device;
+mod mr;
+pub(crate) mod ops;
+mod qp;
+mod registry;
+mod srq;
+
+pub(crate) use device::ib_mtu;
+pub(crate) use ops::{
+    CepOps, CqAttr, CqNotify, CqOps, DeviceOps, ListenerOps, MrOps, PortAttr, QpAttrs, QpCap,
+    QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps,
+};
+pub(crate) use registry::Registry;
+
 use super::bindings;
 use super::idtable::RawIdTable;
-use super::iwcm::{copy_pdata, set_provider_data, take_provider_data, CmId, CmRole, ConnParam};
 use super::netdev::{NetDev, NetDevRef};
-use super::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
-use super::udata::UserResponse;
-use super::verbs::QpInit;
-use super::wr::{PostError, RecvWr, SendWr, WrList};
+use super::obj::{IbCq, IbMr, IbQp, IbSrq};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::sync::Arc;
-use kernel::types::{ForeignOwnable, Opaque};
-
-/// The verbs a device type implements; called by the trampolines with safe references.
-///
-/// Each method documents the `ib_device_ops` member it implements; errors are returned to
-/// the caller (uverbs, a kernel ULP) as negative errnos.
-pub(crate) trait DeviceOps: Sized + Send + Sync {
-    /// `query_device`: fills the device attributes.
-    fn query_device(dev: &IbDevice<Self>, attr: &mut bindings::ib_device_attr) -> Result;
-    /// `query_port`: fills the attributes of `port` (1-based). `attr` arrives zeroed.
-    fn query_port(dev: &IbDevice<Self>, port: u32, attr: &mut bindings::ib_port_attr) -> Result;
-    /// `query_gid`: returns GID `index` of `port` (16 octets, network order).
-    fn query_gid(dev: &IbDevice<Self>, port: u32, index: i32) -> Result<[u8; 16]>;
-    /// `get_port_immutable`: fills the immutable port attributes.
-    fn port_immutable(
-        dev: &IbDevice<Self>,
-        port: u32,
-        imm: &mut bindings::ib_port_immutable,
-    ) -> Result;
-    /// `alloc_ucontext`: a user process opened the device; `resp` receives the
-    /// provider-specific response.
-    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result;
-    /// `dealloc_ucontext`: the user context is gone.
-    fn dealloc_ucontext(dev: &IbDevice<Self>);
-    /// `alloc_pd`: a protection domain is being created.
-    fn alloc_pd(dev: &IbDevice<Self>) -> Result;
-    /// `dealloc_pd`: a protection domain is being destroyed.
-    fn dealloc_pd(dev: &IbDevice<Self>);
-    /// Called once when the device is being freed, before the Rust part is dropped.
-    fn dealloc(dev: &IbDevice<Self>);
-
-    /// The port counters (`alloc_hw_port_stats`): shown by `rdma statistic show link` and
-    /// under `ports/<port>/hw_counters/` in sysfs, in the order [`Self::hw_stats`] fills
-    /// them. Entries are made with [`stat_desc`].
-    const HW_STATS: &'static [bindings::rdma_stat_desc];
-    /// `get_hw_stats`: writes the current value of each counter of [`Self::HW_STATS`] on
-    /// `port` (1-based) into `values`, in the same order (`values` may be shorter).
-    fn hw_stats(dev: &IbDevice<Self>, port: u32, values: &mut [u64]);
-
-    /// The driver data of a completion queue.
-    type Cq: Send + Sync;
-    /// The driver data of a queue pair.
-    type Qp: Send + Sync;
-    /// The driver data of a shared receive queue.
-    type Srq: Send + Sync;
-    /// The driver data of a memory region.
-    type Mr: Send + Sync;
-
-    /// `create_cq`: validates `attr`, allocates what the CQ needs, answers a user caller
-    /// through `udata` and returns the CQ depth and the initialiser of the CQ data.
-    fn create_cq(
-        dev: &IbDevice<Self>,
-        attr: &bindings::ib_cq_init_attr,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<(u32, impl PinInit<Self::Cq, Error>)>;
-    /// `destroy_cq`: called before the CQ data is dropped (no QP uses the CQ any more).
-    fn destroy_cq(dev: &IbDevice<Self>, cq: &IbCq<Self::Cq>);
-    /// `poll_cq` (kernel consumers): fills up to `wc.len()` work completions; returns how
-    /// many.
-    fn poll_cq(cq: &IbCq<Self::Cq>, wc: &mut [bindings::ib_wc]) -> usize;
-    /// `req_notify_cq`: arms the CQ (`IB_CQ_*` flags); with `IB_CQ_REPORT_MISSED_EVENTS`
-    /// returns a positive number if completions are already waiting.
-    fn req_notify_cq(cq: &IbCq<Self::Cq>, flags: u32) -> Result<i32>;
-
-    /// `create_qp`: validates, allocates and answers a user caller; returns the QP data's
-    /// initialiser. The QP number is assigned already; the QP becomes visible to
-    /// `iw_get_qp` after the data is initialised.
-    fn create_qp(
-        dev: &IbDevice<Self>,
-        init: QpInit<'_, Self>,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self::Qp, Error>>;
-    /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy
-    /// waits for all `iw_add_ref` references to go, then the data is dropped.
-    fn destroy_qp(dev: &IbDevice<Self>, qp: &IbQp<Self::Qp>);
-    /// `modify_qp` with `IB_QP_*` attribute mask `mask`.
-    fn modify_qp(
-        dev: &IbDevice<Self>,
-        qp: &IbQp<Self::Qp>,
-        attr: &bindings::ib_qp_attr,
-        mask: u32,
-    ) -> Result;
-    /// `query_qp`: fills `attr` and the capabilities in `init` (type, CQs and SRQ are
-    /// filled by the caller).
-    fn query_qp(
-        dev: &IbDevice<Self>,
-        qp: &IbQp<Self::Qp>,
-        attr: &mut bindings::ib_qp_attr,
-        init: &mut bindings::ib_qp_init_attr,
-    ) -> Result;
-    /// `post_send` (for a user QP: the doorbell, with an empty list).
-    fn post_send<'a>(
-        qp: &IbQp<Self::Qp>,
-        wrs: WrList<'a, SendWr>,
-    ) -> Result<(), PostError<'a, SendWr>>;
-    /// `post_recv`.
-    fn post_recv<'a>(
-        qp: &IbQp<Self::Qp>,
-        wrs: WrList<'a, RecvWr>,
-    ) -> Result<(), PostError<'a, RecvWr>>;
-
-    /// `create_srq`: validates, allocates and answers a user caller.
-    fn create_srq(
-        dev: &IbDevice<Self>,
-        attr: &mut bindings::ib_srq_init_attr,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self::Srq, Error>>;
-    /// `destroy_srq`: called before the data is dropped.
-    fn destroy_srq(dev: &IbDevice<Self>, srq: &IbSrq<Self::Srq>);
-    /// `modify_srq` with `IB_SRQ_*` mask `mask`.
-    fn modify_srq(srq: &IbSrq<Self::Srq>, attr: &bindings::ib_srq_attr, mask: u32) -> Result;
-    /// `query_srq`.
-    fn query_srq(srq: &IbSrq<Self::Srq>, attr: &mut bindings::ib_srq_attr);
-    /// `post_srq_recv`.
-    fn post_srq_recv<'a>(
-        srq: &IbSrq<Self::Srq>,
-        wrs: WrList<'a, RecvWr>,
-    ) -> Result<(), PostError<'a, RecvWr>>;
-
-    /// `get_dma_mr`: returns the STag (lkey = rkey) and the MR data's initialiser. `kc`
-    /// marks the region as a kernel consumer's.
-    fn get_dma_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        access: i32,
-        kc: super::kmem::KernelConsumer,
-    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
-    /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
-    /// as `iova`.
-    #[allow(clippy::too_many_arguments)]
-    fn reg_user_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        start: u64,
-        len: u64,
-        iova: u64,
-        access: i32,
-        udata: &mut UserResponse<'_>,
-    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
-    /// `alloc_mr`: a fast-registration MR for up to `max_num_sg` pages. `kc` marks the
-    /// region as a kernel consumer's.
-    fn alloc_mr(
-        dev: &IbDevice<Self>,
-        pd: PdId,
-        ty: bindings::ib_mr_type,
-        max_num_sg: u32,
-        kc: super::kmem::KernelConsumer,
-    ) -> Result<(u32, impl PinInit<Self::Mr, Error>)>;
-    /// `map_mr_sg`, step 1: forget the previous page list.
-    fn mr_map_begin(mr: &IbMr<Self::Mr>) -> Result;
-    /// `map_mr_sg`, step 2 (per page, from `ib_sg_to_pages`): append page address `addr`.
-    fn mr_set_page(mr: &IbMr<Self::Mr>, addr: u64) -> Result;
-    /// `map_mr_sg`, step 3: the mapping covers `len` octets at `iova` in pages of
-    /// `page_size` octets.
-    fn mr_map_end(mr: &IbMr<Self::Mr>, iova: u64, len: u64, page_size: u32);
-    /// `dereg_mr`: called before the MR data is dropped and the MR freed.
-    fn dereg_mr(dev: &IbDevice<Self>, mr: &IbMr<Self::Mr>);
-
-    /// The driver data of a listening `iw_cm_id`.
-    type Listener: Send + Sync + 'static;
-    /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
-    type Cep: Send + Sync + 'static;
-    /// `iw_create_listen`: listens on `id`'s mapped local address.
-    fn iw_create_listen(
-        dev: &IbDevice<Self>,
-        id: CmId<Self>,
-        backlog: i32,
-    ) -> Result<Arc<Self::Listener>>;
-    /// `iw_destroy_listen`: stops listening.
-    fn iw_destroy_listen(dev: &IbDevice<Self>, l: Arc<Self::Listener>);
-    /// `iw_connect`: connects `id` with `param` (active side).
-    fn iw_connect(dev: &IbDevice<Self>, id: CmId<Self>, param: ConnParam) -> Result;
-    /// `iw_accept`: accepts the connection of `cep` on the new `id`.
-    fn iw_accept(
-        dev: &IbDevice<Self>,
-        cep: Arc<Self::Cep>,
-        id: CmId<Self>,
-        param: ConnParam,
-    ) -> Result;
-    /// `iw_reject`: rejects the connection of `cep` with private data `pdata`.
-    fn iw_reject(dev: &IbDevice<Self>, cep: Arc<Self::Cep>, pdata: &[u8]) -> Result;
-}
+use kernel::types::Opaque;
 
 /// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
 ///
@@ -217,7 +47,7 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
 #[repr(C)]
 pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
-    /// The device's QPs by number (see `verbs.rs`).
+    /// The device's QPs by number (see `ibdev/qp.rs`).
     pub(super) qps: RawIdTable,
     data: T,
 }
@@ -346,306 +176,6 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the device is live and registered or being registered; the core takes
         // its own reference for the queued work.
         unsafe { bindings::ib_unregister_device_queued(self.as_raw()) };
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn query_device_c(
-        raw: *mut bindings::ib_device,
-        attr: *mut bindings::ib_device_attr,
-        _udata: *mut bindings::ib_udata,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: the core calls device ops only on live devices of this type, with a
-        // valid, exclusively borrowed attribute buffer.
-        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
-        errno(T::query_device(dev, attr))
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn alloc_hw_port_stats_c(
-        _raw: *mut bindings::ib_device,
-        _port: u32,
-    ) -> *mut bindings::rdma_hw_stats {
-        let Ok(n) = kernel::ffi::c_int::try_from(T::HW_STATS.len()) else {
-            return core::ptr::null_mut();
-        };
-        // SAFETY: `HW_STATS` is `'static`, so the descriptors outlive the stats struct the
-        // core frees with the port; their names are NUL-terminated (`stat_desc`).
-        unsafe {
-            bindings::rdma_alloc_hw_stats_struct(
-                T::HW_STATS.as_ptr(),
-                n,
-                bindings::RDMA_HW_STATS_DEFAULT_LIFESPAN as kernel::ffi::c_ulong,
-            )
-        }
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type; `stats` is one that
-    /// [`Self::alloc_hw_port_stats_c`] returned, which the core holds locked.
-    unsafe extern "C" fn get_hw_stats_c(
-        raw: *mut bindings::ib_device,
-        stats: *mut bindings::rdma_hw_stats,
-        port: u32,
-        _index: kernel::ffi::c_int,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: as in `query_device_c`.
-        let dev = unsafe { Self::from_raw(raw) };
-        // SAFETY: `stats` is valid and exclusively ours for this call (the core holds its
-        // lock); it was allocated with `num_counters` values after the header.
-        let values = unsafe {
-            let n = usize::try_from((*stats).num_counters).unwrap_or(0);
-            (*stats).value.as_mut_slice(n)
-        };
-        let n = values.len().min(T::HW_STATS.len());
-        T::hw_stats(dev, port, &mut values[..n]);
-        // `n` is at most `num_counters`, a `c_int`.
-        n as kernel::ffi::c_int
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn query_port_c(
-        raw: *mut bindings::ib_device,
-        port: u32,
-        attr: *mut bindings::ib_port_attr,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: as in `query_device_c`.
-        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
-        // SAFETY: all-zeroes is a valid `ib_port_attr`.
-        *attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        errno(T::query_port(dev, port, attr))
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn query_gid_c(
-        raw: *mut bindings::ib_device,
-        port: u32,
-        index: kernel::ffi::c_int,
-        gid: *mut bindings::ib_gid,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: as in `query_device_c`.
-        let dev = unsafe { Self::from_raw(raw) };
-        match T::query_gid(dev, port, index) {
-            Ok(raw_gid) => {
-                // SAFETY: `gid` is a valid, exclusively borrowed `union ib_gid` of 16
-                // octets; writing its `raw` member is always valid.
-                unsafe { (*gid).raw = raw_gid };
-                0
-            }
-            Err(e) => e.to_errno(),
-        }
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn port_immutable_c(
-        raw: *mut bindings::ib_device,
-        port: u32,
-        imm: *mut bindings::ib_port_immutable,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: as in `query_device_c`.
-        let (dev, imm) = unsafe { (Self::from_raw(raw), &mut *imm) };
-        errno(T::port_immutable(dev, port, imm))
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn alloc_ucontext_c(
-        uctx: *mut bindings::ib_ucontext,
-        udata: *mut bindings::ib_udata,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: the core passes a ucontext it allocated for a live device of this type.
-        let dev = unsafe { Self::from_raw((*uctx).device) };
-        // SAFETY: the core passes the valid udata of this `alloc_ucontext` call.
-        let mut resp = unsafe { UserResponse::from_raw(udata) };
-        errno(T::alloc_ucontext(dev, &mut resp))
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn dealloc_ucontext_c(uctx: *mut bindings::ib_ucontext) {
-        // SAFETY: as in `alloc_ucontext_c`.
-        let dev = unsafe { Self::from_raw((*uctx).device) };
-        T::dealloc_ucontext(dev);
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn alloc_pd_c(
-        pd: *mut bindings::ib_pd,
-        _udata: *mut bindings::ib_udata,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: the core passes a PD it allocated for a live device of this type.
-        let dev = unsafe { Self::from_raw((*pd).device) };
-        errno(T::alloc_pd(dev))
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn dealloc_pd_c(
-        pd: *mut bindings::ib_pd,
-        _udata: *mut bindings::ib_udata,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: as in `alloc_pd_c`.
-        let dev = unsafe { Self::from_raw((*pd).device) };
-        T::dealloc_pd(dev);
-        0
-    }
-
-    /// # Safety
-    ///
-    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
-    /// core passes for this operation on a live device of this type.
-    unsafe extern "C" fn dealloc_driver_c(raw: *mut bindings::ib_device) {
-        let this = raw.cast::<Self>();
-        // SAFETY: the core calls `dealloc_driver` exactly once, on a device of this type
-        // whose data was initialised before the ops were installed (`NewDevice::new`).
-        T::dealloc(unsafe { &*this });
-        Registry::remove(raw);
-        // SAFETY: `data` and `qps` are initialised and nothing uses them after this point:
-        // the core destroyed all objects, calls no further operations and frees the memory.
-        unsafe {
-            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
-            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
-        }
-    }
-
-    /// `iw_connect`.
-    ///
-    /// # Safety
-    ///
-    /// Called only by iw_cm, through `IbDevice::<T>::OPS`, with a valid id of a live
-    /// device of this type and valid parameters.
-    unsafe extern "C" fn iw_connect_c(
-        id: *mut bindings::iw_cm_id,
-        param: *mut bindings::iw_cm_conn_param,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: per the caller.
-        let (dev, param) = unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param)) };
-        let Ok(param) = param else {
-            return ENOMEM.to_errno();
-        };
-        // SAFETY: a valid id of a running provider op.
-        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Connect) };
-        errno(T::iw_connect(dev, id, param))
-    }
-
-    /// `iw_accept`: the id's `provider_data` holds the CEP of its CONNECT_REQUEST.
-    ///
-    /// # Safety
-    ///
-    /// As for `iw_connect_c`; `provider_data` was set from a CONNECT_REQUEST of this
-    /// driver (type invariant of `CmId`) and not taken yet.
-    unsafe extern "C" fn iw_accept_c(
-        id: *mut bindings::iw_cm_id,
-        param: *mut bindings::iw_cm_conn_param,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: per the caller.
-        let (dev, param, data) = unsafe {
-            (
-                Self::from_raw((*id).device),
-                ConnParam::from_raw(param),
-                take_provider_data(id),
-            )
-        };
-        if data.is_null() {
-            return EINVAL.to_errno();
-        }
-        // SAFETY: `data` came from `Arc::<T::Cep>::into_foreign` (see above), taken once.
-        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
-        let Ok(param) = param else {
-            return ENOMEM.to_errno();
-        };
-        // SAFETY: a valid id of a running provider op.
-        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Accept) };
-        errno(T::iw_accept(dev, cep, id, param))
-    }
-
-    /// `iw_reject`.
-    ///
-    /// # Safety
-    ///
-    /// As for `iw_accept_c`; `pdata` holds `len` octets.
-    unsafe extern "C" fn iw_reject_c(
-        id: *mut bindings::iw_cm_id,
-        pdata: *const kernel::ffi::c_void,
-        len: u8,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: per the caller.
-        let (dev, data) = unsafe { (Self::from_raw((*id).device), take_provider_data(id)) };
-        if data.is_null() {
-            return EINVAL.to_errno();
-        }
-        // SAFETY: as in `iw_accept_c`.
-        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
-        // SAFETY: per the caller.
-        let Ok(pd) = (unsafe { copy_pdata(pdata, usize::from(len)) }) else {
-            return ENOMEM.to_errno();
-        };
-        errno(T::iw_reject(dev, cep, &pd))
-    }
-
-    /// `iw_create_listen`: the listener is kept in the id's `provider_data`.
-    ///
-    /// # Safety
-    ///
-    /// As for `iw_connect_c`.
-    unsafe extern "C" fn iw_create_listen_c(
-        id: *mut bindings::iw_cm_id,
-        backlog: kernel::ffi::c_int,
-    ) -> kernel::ffi::c_int {
-        // SAFETY: per the caller.
-        let dev = unsafe { Self::from_raw((*id).device) };
-        // SAFETY: a valid id of a running provider op.
-        let cm_id = unsafe { CmId::<T>::from_raw(id, CmRole::Listen) };
-        match T::iw_create_listen(dev, cm_id, backlog) {
-            Ok(l) => {
-                // SAFETY: a valid id; iw_cm keeps `provider_data` for the provider.
-                unsafe { set_provider_data(id, l.into_foreign()) };
-                0
-            }
-            Err(e) => e.to_errno(),
-        }
-    }
-
-    /// `iw_destroy_listen`.
-    ///
-    /// # Safety
-    ///
-    /// As for `iw_connect_c`, on an id `iw_create_listen_c` succeeded for.
-    unsafe extern "C" fn iw_destroy_listen_c(id: *mut bindings::iw_cm_id) -> kernel::ffi::c_int {
-        // SAFETY: per the caller.
-        let (dev, data) = unsafe { (Self::from_raw((*id).device), take_provider_data(id)) };
-        if data.is_null() {
-            return 0;
-        }
-        // SAFETY: set by `iw_create_listen_c` from `Arc::<T::Listener>::into_foreign`.
-        let l = unsafe { <Arc<T::Listener> as ForeignOwnable>::from_foreign(data) };
-        T::iw_destroy_listen(dev, l);
-        0
     }
 }
 
@@ -800,9 +330,6 @@ impl<T: DeviceOps> Drop for NewDevice<T> {
     }
 }
 
-/// Looks up the RDMA device bound to `ndev` and, if it is one of rsiw's (type `T`), runs
-/// `f` on it while holding a reference. Returns whether any soft-iWARP device (rsiw's or
-/// the C siw's, which share the driver id) is bound to `ndev`.
 /// A port counter descriptor for [`DeviceOps::HW_STATS`]: the counter's name as `rdma
 /// statistic` and sysfs show it.
 pub(crate) const fn stat_desc(name: &'static CStr) -> bindings::rdma_stat_desc {
@@ -813,6 +340,9 @@ pub(crate) const fn stat_desc(name: &'static CStr) -> bindings::rdma_stat_desc {
     }
 }
 
+/// Looks up the RDMA device bound to `ndev` and, if it is one of rsiw's (type `T`), runs
+/// `f` on it while holding a reference. Returns whether any soft-iWARP device (rsiw's or
+/// the C siw's, which share the driver id) is bound to `ndev`.
 pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevice<T>)) -> bool {
     // SAFETY: `ndev` is live; the lookup returns a referenced device or null.
     let raw = unsafe {
@@ -831,98 +361,6 @@ pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevi
     // SAFETY: balances `ib_device_get_by_netdev`.
     unsafe { bindings::ib_device_put(raw) };
     true
-}
-
-/// A raw device pointer in the registry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct RawDevice(NonNull<bindings::ib_device>);
-
-// SAFETY: the pointer is only dereferenced by the RDMA core or under the registry lock
-// with a device reference held; it carries no thread affinity.
-unsafe impl Send for RawDevice {}
-
-kernel::sync::global_lock! {
-    // SAFETY: initialised in `Registry::new` before any device exists.
-    unsafe(uninit) static DEVICES: Mutex<KVec<RawDevice>> = KVec::new();
-}
-
-static REGISTRY_LIVE: AtomicBool = AtomicBool::new(false);
-
-/// The set of rsiw's registered devices, for tearing them all down at module unload.
-///
-/// The C siw shares rsiw's driver id (the user ABI requires it), so
-/// `ib_unregister_driver()` would also remove the C siw's devices: rsiw tracks its own.
-///
-/// # Invariants
-///
-/// At most one `Registry` exists, and `DEVICES` is initialised while it does. A device is
-/// in `DEVICES` from just before `ib_register_device` until its `dealloc_driver`, so every
-/// entry is a live allocation while the lock is held.
-pub(crate) struct Registry(());
-
-impl Registry {
-    /// Creates the registry (once per module lifetime).
-    ///
-    /// # Errors
-    ///
-    /// `EBUSY` if it already exists.
-    pub(crate) fn new() -> Result<Self> {
-        if REGISTRY_LIVE.swap(true, Ordering::AcqRel) {
-            return Err(EBUSY);
-        }
-        // SAFETY: called once (guarded above) before any device is created.
-        unsafe { DEVICES.init() };
-        // INVARIANT: the only registry; `DEVICES` initialised.
-        Ok(Self(()))
-    }
-
-    fn add(raw: *mut bindings::ib_device) -> Result {
-        let raw = RawDevice(NonNull::new(raw).ok_or(EINVAL)?);
-        DEVICES.lock().push(raw, GFP_KERNEL)?;
-        Ok(())
-    }
-
-    fn remove(raw: *mut bindings::ib_device) {
-        let mut devices = DEVICES.lock();
-        devices.retain(|d| d.0.as_ptr() != raw);
-    }
-
-    /// Returns the number of registered rsiw devices.
-    pub(crate) fn count(&self) -> usize {
-        DEVICES.lock().len()
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        loop {
-            let next = {
-                let devices = DEVICES.lock();
-                let Some(d) = devices.first().copied() else {
-                    break;
-                };
-                // SAFETY: entries are live while the lock is held (type invariant); the
-                // reference keeps the memory valid after the lock is dropped.
-                unsafe {
-                    bindings::get_device(core::ptr::addr_of_mut!(
-                        (*d.0.as_ptr()).__bindgen_anon_1.dev
-                    ))
-                };
-                d
-            };
-            // SAFETY: we hold a device reference; unregistration is synchronous and its
-            // `dealloc_driver` removes the entry (or another path's already did).
-            unsafe { bindings::ib_unregister_device(next.0.as_ptr()) };
-            Self::remove(next.0.as_ptr());
-            // SAFETY: balances `get_device` above.
-            unsafe {
-                bindings::put_device(core::ptr::addr_of_mut!(
-                    (*next.0.as_ptr()).__bindgen_anon_1.dev
-                ))
-            };
-        }
-        REGISTRY_LIVE.store(false, Ordering::Release);
-    }
 }
 
 impl<T: DeviceOps> IbDevice<T> {

@@ -12,7 +12,7 @@
 //! warns (a bug of its own).
 
 use super::bindings as b;
-use super::ibdev::DeviceOps;
+use super::ibdev::{errno, CepOps, DeviceOps, IbDevice, ListenerOps};
 use super::socket::SockAddr;
 use core::ffi::c_void;
 use core::marker::PhantomData;
@@ -460,5 +460,118 @@ mod tests {
             ),
             None
         );
+    }
+}
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// `iw_connect`.
+    ///
+    /// # Safety
+    ///
+    /// Called only by iw_cm, through `IbDevice::<T>::OPS`, with a valid id of a live
+    /// device of this type and valid parameters.
+    pub(super) unsafe extern "C" fn iw_connect_c(
+        id: *mut b::iw_cm_id,
+        param: *mut b::iw_cm_conn_param,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let (dev, param) = unsafe { (Self::from_raw((*id).device), ConnParam::from_raw(param)) };
+        let Ok(param) = param else {
+            return ENOMEM.to_errno();
+        };
+        // SAFETY: a valid id of a running provider op.
+        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Connect) };
+        errno(T::Cep::connect(dev, id, param))
+    }
+
+    /// `iw_accept`: the id's `provider_data` holds the CEP of its CONNECT_REQUEST.
+    ///
+    /// # Safety
+    ///
+    /// As for `iw_connect_c`; `provider_data` was set from a CONNECT_REQUEST of this
+    /// driver (type invariant of `CmId`) and not taken yet.
+    pub(super) unsafe extern "C" fn iw_accept_c(
+        id: *mut b::iw_cm_id,
+        param: *mut b::iw_cm_conn_param,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let (param, data) = unsafe { (ConnParam::from_raw(param), take_provider_data(id)) };
+        if data.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `data` came from `Arc::<T::Cep>::into_foreign` (see above), taken once.
+        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
+        let Ok(param) = param else {
+            return ENOMEM.to_errno();
+        };
+        // SAFETY: a valid id of a running provider op.
+        let id = unsafe { CmId::<T>::from_raw(id, CmRole::Accept) };
+        errno(T::Cep::accept(cep, id, param))
+    }
+
+    /// `iw_reject`.
+    ///
+    /// # Safety
+    ///
+    /// As for `iw_accept_c`; `pdata` holds `len` octets.
+    pub(super) unsafe extern "C" fn iw_reject_c(
+        id: *mut b::iw_cm_id,
+        pdata: *const kernel::ffi::c_void,
+        len: u8,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let data = unsafe { take_provider_data(id) };
+        if data.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: as in `iw_accept_c`.
+        let cep = unsafe { <Arc<T::Cep> as ForeignOwnable>::from_foreign(data) };
+        // SAFETY: per the caller.
+        let Ok(pd) = (unsafe { copy_pdata(pdata, usize::from(len)) }) else {
+            return ENOMEM.to_errno();
+        };
+        errno(T::Cep::reject(cep, &pd))
+    }
+
+    /// `iw_create_listen`: the listener is kept in the id's `provider_data`.
+    ///
+    /// # Safety
+    ///
+    /// As for `iw_connect_c`.
+    pub(super) unsafe extern "C" fn iw_create_listen_c(
+        id: *mut b::iw_cm_id,
+        backlog: kernel::ffi::c_int,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let dev = unsafe { Self::from_raw((*id).device) };
+        // SAFETY: a valid id of a running provider op.
+        let cm_id = unsafe { CmId::<T>::from_raw(id, CmRole::Listen) };
+        match T::Listener::create(dev, cm_id, backlog) {
+            Ok(l) => {
+                // SAFETY: a valid id; iw_cm keeps `provider_data` for the provider.
+                unsafe { set_provider_data(id, l.into_foreign()) };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// `iw_destroy_listen`.
+    ///
+    /// # Safety
+    ///
+    /// As for `iw_connect_c`, on an id `iw_create_listen_c` succeeded for.
+    pub(super) unsafe extern "C" fn iw_destroy_listen_c(
+        id: *mut b::iw_cm_id,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller.
+        let data = unsafe { take_provider_data(id) };
+        if data.is_null() {
+            return 0;
+        }
+        // SAFETY: set by `iw_create_listen_c` from `Arc::<T::Listener>::into_foreign`.
+        let l = unsafe { <Arc<T::Listener> as ForeignOwnable>::from_foreign(data) };
+        l.destroy();
+        0
     }
 }

@@ -4,8 +4,11 @@
 //!
 //! This is the only place in rsiw that holds `unsafe` code. The rest of the kernel shell
 //! sees safe types ([`ibdev::IbDevice`], [`netdev::NetDev`]) and implements safe traits
-//! ([`ibdev::DeviceOps`], [`link::LinkHandler`], [`netdev::NetdevEvents`]) that the
-//! `extern "C"` trampolines here call, after turning raw pointers into references.
+//! that the `extern "C"` trampolines here call, after turning raw pointers into references
+//! and the core's attribute structs into Rust types: one per RDMA core object
+//! ([`ibdev::DeviceOps`], [`ibdev::CqOps`], [`ibdev::QpOps`], [`ibdev::SrqOps`],
+//! [`ibdev::MrOps`], [`ibdev::ListenerOps`], [`ibdev::CepOps`]), and
+//! [`link::LinkHandler`] and [`netdev::NetdevEvents`] for links and netdevs.
 
 use kernel::prelude::*;
 
@@ -51,7 +54,6 @@ pub(crate) mod socket;
 pub(crate) mod udata;
 pub(crate) mod umap;
 pub(crate) mod umem;
-pub(crate) mod verbs;
 pub(crate) mod wr;
 
 /// A C struct for which all-zeroes (indeed every bit pattern) is a valid value: integers,

@@ -6,7 +6,7 @@
 //! CQs, QPs and SRQs are allocated (zeroed) by the core with the size rsiw sets in
 //! `ib_device_ops::size_ib_*`; rsiw initialises its part in place in the create trampoline
 //! and drops it in place in the destroy trampoline, and the core frees the memory. MRs are
-//! allocated by rsiw itself (see `verbs.rs`) because the core's MR verbs return the object.
+//! allocated by rsiw itself (see `ibdev/mr.rs`) because the core's MR verbs return the object.
 
 use super::bindings;
 use core::mem::MaybeUninit;

@@ -92,6 +92,16 @@ impl UserResponse<'_> {
     }
 }
 
+/// Returns the optional user data of a verb: `None` for a kernel caller.
+///
+/// # Safety
+///
+/// `udata` is null or the valid `ib_udata` of the running verb, which outlives `'a`.
+pub(super) unsafe fn user<'a>(udata: *mut bindings::ib_udata) -> Option<UserResponse<'a>> {
+    // SAFETY: guaranteed by the caller.
+    (!udata.is_null()).then(|| unsafe { UserResponse::from_raw(udata) })
+}
+
 /// A C struct of the siw user ABI that can be copied to and from user space as is.
 ///
 /// # Safety

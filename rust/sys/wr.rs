@@ -217,3 +217,27 @@ impl<'a, W> PostError<'a, W> {
         Self { error, bad }
     }
 }
+
+/// Maps the result of a post to the C convention: 0, or a negative errno with `*bad` set
+/// to the first request not posted (null for an empty list).
+///
+/// # Safety
+///
+/// `bad` is null or the core's valid out-pointer of the running post call; `W` is the
+/// `repr(transparent)` view of `C`.
+pub(super) unsafe fn post_result<W, C>(
+    r: Result<(), PostError<'_, W>>,
+    bad: *mut *const C,
+) -> kernel::ffi::c_int {
+    match r {
+        Ok(()) => 0,
+        Err(PostError { error, bad: first }) => {
+            if !bad.is_null() {
+                let p = first.map_or(core::ptr::null(), |w| core::ptr::from_ref(w).cast());
+                // SAFETY: `bad` is the core's valid out-pointer (caller's guarantee).
+                unsafe { *bad = p };
+            }
+            error.to_errno()
+        }
+    }
+}

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-device object limits: how many user contexts, PDs, CQs, QPs, SRQs and MRs a device
+//! may hold at once (module parameters `max_ucontext`, `max_pd`, `max_cq`, `max_qp`,
+//! `max_srq`, `max_mr`, read when an object is created).
+
+use crate::sys::pr_err_ratelimited;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// The kinds of object a device counts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Object {
+    /// User contexts (`alloc_ucontext`).
+    Ucontext,
+    /// Protection domains.
+    Pd,
+    /// Completion queues.
+    Cq,
+    /// Queue pairs.
+    Qp,
+    /// Shared receive queues.
+    Srq,
+    /// Memory regions.
+    Mr,
+}
+
+const OBJECTS: usize = 6;
+
+impl Object {
+    /// The name a limit message uses, and the module parameter that sets the limit.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Ucontext => ("user context", "max_ucontext"),
+            Self::Pd => ("protection domain", "max_pd"),
+            Self::Cq => ("CQ", "max_cq"),
+            Self::Qp => ("QP", "max_qp"),
+            Self::Srq => ("SRQ", "max_srq"),
+            Self::Mr => ("MR", "max_mr"),
+        }
+    }
+
+    /// The limit: the module parameter's current value.
+    pub(crate) fn limit(self) -> u32 {
+        use crate::module_parameters as p;
+        match self {
+            Self::Ucontext => p::max_ucontext.value(),
+            Self::Pd => p::max_pd.value(),
+            Self::Cq => p::max_cq.value(),
+            Self::Qp => p::max_qp.value(),
+            Self::Srq => p::max_srq.value(),
+            Self::Mr => p::max_mr.value(),
+        }
+    }
+}
+
+/// The number of live objects of each kind on one device.
+pub(crate) struct Counts([AtomicU32; OBJECTS]);
+
+impl Counts {
+    /// No objects.
+    pub(crate) const fn new() -> Self {
+        Self([const { AtomicU32::new(0) }; OBJECTS])
+    }
+
+    /// Takes one unit of `obj` for an object being created; the returned [`Slot`] gives it
+    /// back on drop unless [`Slot::keep`] says the object exists.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the device holds the limit's number of such objects already, with a
+    /// rate-limited message naming the module parameter.
+    pub(crate) fn take(&self, obj: Object) -> Result<Slot<'_>, kernel::error::Error> {
+        let limit = obj.limit();
+        let counter = &self.0[obj as usize];
+        let taken = counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            let (name, param) = obj.names();
+            pr_err_ratelimited!("{name} limit reached ({limit}); see module parameter {param}\n");
+            return Err(kernel::error::code::ENOMEM);
+        }
+        Ok(Slot(Some(counter)))
+    }
+
+    /// Gives back the unit of a destroyed object of kind `obj`.
+    pub(crate) fn give_back(&self, obj: Object) {
+        self.0[obj as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A unit taken with [`Counts::take`], given back on drop unless kept.
+pub(crate) struct Slot<'a>(Option<&'a AtomicU32>);
+
+impl Slot<'_> {
+    /// The object was created: the unit stays taken (its destroy gives it back).
+    pub(crate) fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

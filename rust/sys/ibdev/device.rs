@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Trampolines of the device-level verbs: device and port queries, user contexts, PDs,
+//! port counters and `dealloc_driver`. Each turns the core's raw pointers into typed
+//! references, calls one [`DeviceOps`] method and maps the result to an errno.
+
+use super::{errno, DeviceOps, IbDevice, PortAttr, Registry};
+use crate::sys::bindings;
+use crate::sys::udata::UserResponse;
+use core::mem::MaybeUninit;
+use kernel::prelude::*;
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn query_device_c(
+        raw: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core calls device ops only on live devices of this type, with a
+        // valid, exclusively borrowed attribute buffer.
+        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
+        errno(T::query_device(dev, attr))
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn alloc_hw_port_stats_c(
+        _raw: *mut bindings::ib_device,
+        _port: u32,
+    ) -> *mut bindings::rdma_hw_stats {
+        let Ok(n) = kernel::ffi::c_int::try_from(T::HW_STATS.len()) else {
+            return core::ptr::null_mut();
+        };
+        // SAFETY: `HW_STATS` is `'static`, so the descriptors outlive the stats struct the
+        // core frees with the port; their names are NUL-terminated (`stat_desc`).
+        unsafe {
+            bindings::rdma_alloc_hw_stats_struct(
+                T::HW_STATS.as_ptr(),
+                n,
+                bindings::RDMA_HW_STATS_DEFAULT_LIFESPAN as kernel::ffi::c_ulong,
+            )
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type; `stats` is one that
+    /// [`Self::alloc_hw_port_stats_c`] returned, which the core holds locked.
+    pub(super) unsafe extern "C" fn get_hw_stats_c(
+        raw: *mut bindings::ib_device,
+        stats: *mut bindings::rdma_hw_stats,
+        port: u32,
+        _index: kernel::ffi::c_int,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let dev = unsafe { Self::from_raw(raw) };
+        // SAFETY: `stats` is valid and exclusively ours for this call (the core holds its
+        // lock); it was allocated with `num_counters` values after the header.
+        let values = unsafe {
+            let n = usize::try_from((*stats).num_counters).unwrap_or(0);
+            (*stats).value.as_mut_slice(n)
+        };
+        let n = values.len().min(T::HW_STATS.len());
+        if port != 1 {
+            return EINVAL.to_errno();
+        }
+        T::hw_stats(dev, &mut values[..n]);
+        // `n` is at most `num_counters`, a `c_int`.
+        n as kernel::ffi::c_int
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn query_port_c(
+        raw: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> kernel::ffi::c_int {
+        if port != 1 {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: as in `query_device_c`.
+        let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
+        // SAFETY: all-zeroes is a valid `ib_port_attr`.
+        *attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        let port_attr = match T::query_port(dev) {
+            Ok(a) => a,
+            Err(e) => return e.to_errno(),
+        };
+        if let Err(e) = dev.eth_speed(port, &mut attr.active_speed, &mut attr.active_width) {
+            return e.to_errno();
+        }
+        fill_port_attr(attr, &port_attr);
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn query_gid_c(
+        raw: *mut bindings::ib_device,
+        port: u32,
+        index: kernel::ffi::c_int,
+        gid: *mut bindings::ib_gid,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `query_device_c`.
+        let dev = unsafe { Self::from_raw(raw) };
+        if port != 1 {
+            return EINVAL.to_errno();
+        }
+        match T::query_gid(dev, index) {
+            Ok(raw_gid) => {
+                // SAFETY: `gid` is a valid, exclusively borrowed `union ib_gid` of 16
+                // octets; writing its `raw` member is always valid.
+                unsafe { (*gid).raw = raw_gid };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn port_immutable_c(
+        _raw: *mut bindings::ib_device,
+        port: u32,
+        imm: *mut bindings::ib_port_immutable,
+    ) -> kernel::ffi::c_int {
+        if port != 1 {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: the core passes a valid, exclusively borrowed buffer.
+        let imm = unsafe { &mut *imm };
+        // One GID (the MAC address); the port speaks iWARP.
+        imm.gid_tbl_len = 1;
+        imm.core_cap_flags = bindings::RDMA_CORE_PORT_IWARP;
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn alloc_ucontext_c(
+        uctx: *mut bindings::ib_ucontext,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core passes a ucontext it allocated for a live device of this type.
+        let dev = unsafe { Self::from_raw((*uctx).device) };
+        // SAFETY: the core passes the valid udata of this `alloc_ucontext` call.
+        let mut resp = unsafe { UserResponse::from_raw(udata) };
+        errno(T::alloc_ucontext(dev, &mut resp))
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn dealloc_ucontext_c(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: as in `alloc_ucontext_c`.
+        let dev = unsafe { Self::from_raw((*uctx).device) };
+        T::dealloc_ucontext(dev);
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn alloc_pd_c(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core passes a PD it allocated for a live device of this type.
+        let dev = unsafe { Self::from_raw((*pd).device) };
+        errno(T::alloc_pd(dev))
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn dealloc_pd_c(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: as in `alloc_pd_c`.
+        let dev = unsafe { Self::from_raw((*pd).device) };
+        T::dealloc_pd(dev);
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
+    /// core passes for this operation on a live device of this type.
+    pub(super) unsafe extern "C" fn dealloc_driver_c(raw: *mut bindings::ib_device) {
+        let this = raw.cast::<Self>();
+        Registry::remove(raw);
+        // SAFETY: the core calls `dealloc_driver` exactly once, on a device of this type
+        // whose data was initialised before the ops were installed (`NewDevice::new`);
+        // `data` and `qps` are initialised and nothing uses them after this point: the
+        // core destroyed all objects, calls no further operations and frees the memory.
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
+        }
+    }
+}
+
+/// Fills the attributes of an iWARP port from `p`: one GID, messages up to 4 GiB - 1
+/// octets, connection management by iw_cm.
+fn fill_port_attr(attr: &mut bindings::ib_port_attr, p: &PortAttr) {
+    attr.gid_tbl_len = 1;
+    attr.max_msg_sz = u32::MAX;
+    // A max_mtu of 0 means the netdev sets no limit (dummy, for example).
+    attr.max_mtu = match p.max_mtu {
+        0 => bindings::ib_mtu_IB_MTU_4096,
+        m => ib_mtu(m),
+    };
+    attr.active_mtu = ib_mtu(p.mtu);
+    if p.active {
+        attr.state = bindings::ib_port_state_IB_PORT_ACTIVE;
+        attr.phys_state = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8;
+    } else {
+        attr.state = bindings::ib_port_state_IB_PORT_DOWN;
+        attr.phys_state = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8;
+    }
+    attr.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP
+        | bindings::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP;
+}
+
+/// Returns the IB MTU enum value for an MTU of `mtu` octets (`ib_mtu_int_to_enum()`).
+pub(crate) fn ib_mtu(mtu: u32) -> bindings::ib_mtu {
+    match mtu {
+        4096.. => bindings::ib_mtu_IB_MTU_4096,
+        2048..=4095 => bindings::ib_mtu_IB_MTU_2048,
+        1024..=2047 => bindings::ib_mtu_IB_MTU_1024,
+        512..=1023 => bindings::ib_mtu_IB_MTU_512,
+        _ => bindings::ib_mtu_IB_MTU_256,
+    }
+}

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The verbs a driver implements, one trait per RDMA core object: [`DeviceOps`] for the
+//! device, its port, user contexts and PDs; [`CqOps`], [`QpOps`], [`SrqOps`] and
+//! [`MrOps`] for the objects, implemented by the driver data of each; [`ListenerOps`] and
+//! [`CepOps`] for iw_cm. The trampolines (`cq.rs`, `qp.rs`, ... beside this file) turn the
+//! core's pointers into the references these take and map results to errnos.
+//!
+//! Errors are returned to the caller (uverbs, a kernel ULP, iw_cm) as negative errnos.
+
+use super::IbDevice;
+use crate::sys::bindings;
+use crate::sys::iwcm::{CmId, ConnParam};
+use crate::sys::kmem::KernelConsumer;
+use crate::sys::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, PdId, SrqRef};
+use crate::sys::udata::UserResponse;
+use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// The device-level verbs, and the driver data types of the device's objects.
+pub(crate) trait DeviceOps: Sized + Send + Sync {
+    /// `query_device`: fills the device attributes.
+    fn query_device(dev: &IbDevice<Self>, attr: &mut bindings::ib_device_attr) -> Result;
+    /// `query_port` for port 1 (the only one): the state of the port.
+    fn query_port(dev: &IbDevice<Self>) -> Result<PortAttr>;
+    /// `query_gid` for port 1: returns GID `index` (16 octets, network order).
+    fn query_gid(dev: &IbDevice<Self>, index: i32) -> Result<[u8; 16]>;
+    /// `alloc_ucontext`: a user process opened the device; `resp` receives the
+    /// provider-specific response.
+    fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result;
+    /// `dealloc_ucontext`: the user context is gone.
+    fn dealloc_ucontext(dev: &IbDevice<Self>);
+    /// `alloc_pd`: a protection domain is being created.
+    fn alloc_pd(dev: &IbDevice<Self>) -> Result;
+    /// `dealloc_pd`: a protection domain is being destroyed.
+    fn dealloc_pd(dev: &IbDevice<Self>);
+
+    /// The port counters (`alloc_hw_port_stats`): shown by `rdma statistic show link` and
+    /// under `ports/<port>/hw_counters/` in sysfs, in the order [`Self::hw_stats`] fills
+    /// them. Entries are made with [`super::stat_desc`].
+    const HW_STATS: &'static [bindings::rdma_stat_desc];
+    /// `get_hw_stats`: writes the current value of each counter of [`Self::HW_STATS`] on
+    /// port 1 into `values`, in the same order (`values` may be shorter).
+    fn hw_stats(dev: &IbDevice<Self>, values: &mut [u64]);
+
+    /// The driver data of a completion queue.
+    type Cq: CqOps<Self>;
+    /// The driver data of a queue pair.
+    type Qp: QpOps<Self>;
+    /// The driver data of a shared receive queue.
+    type Srq: SrqOps<Self>;
+    /// The driver data of a memory region.
+    type Mr: MrOps<Self>;
+    /// The driver data of a listening `iw_cm_id`.
+    type Listener: ListenerOps<Self>;
+    /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
+    type Cep: CepOps<Self>;
+}
+
+/// The state of the port, as `query_port` reports it.
+pub(crate) struct PortAttr {
+    /// Whether the netdev is up with carrier (`IB_PORT_ACTIVE`, physical state LinkUp).
+    pub(crate) active: bool,
+    /// The largest MTU the netdev accepts, in octets (0: no limit).
+    pub(crate) max_mtu: u32,
+    /// The netdev's current MTU, in octets.
+    pub(crate) mtu: u32,
+}
+
+/// The consumer's request of `create_cq`.
+pub(crate) struct CqAttr {
+    /// The number of CQEs asked for.
+    pub(crate) cqe: u32,
+    /// `IB_UVERBS_CQ_FLAGS_*` creation flags.
+    pub(crate) flags: u32,
+}
+
+/// The verbs of a completion queue, implemented by its driver data.
+pub(crate) trait CqOps<D: DeviceOps>: Sized + Send + Sync {
+    /// `create_cq`: validates `attr`, allocates what the CQ needs, answers a user caller
+    /// through `udata` and returns the CQ depth (CQEs) and the initialiser of the CQ data.
+    fn create(
+        dev: &IbDevice<D>,
+        attr: &CqAttr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<(u32, impl PinInit<Self, Error>)>;
+    /// `destroy_cq`: called before the CQ data is dropped (no QP uses the CQ any more).
+    fn destroy(dev: &IbDevice<D>, cq: &IbCq<Self>);
+    /// `poll_cq` (kernel consumers): fills up to `wc.len()` work completions; returns how
+    /// many.
+    fn poll(cq: &IbCq<Self>, wc: &mut [bindings::ib_wc]) -> usize;
+    /// `req_notify_cq`: arms the CQ as `notify` says; with `report_missed` returns a
+    /// positive number if completions are already waiting.
+    fn req_notify(cq: &IbCq<Self>, notify: CqNotify, report_missed: bool) -> Result<i32>;
+}
+
+/// What `req_notify_cq` arms a CQ for (`IB_CQ_SOLICITED`, `IB_CQ_NEXT_COMP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CqNotify {
+    /// The next solicited (or failed) completion.
+    Solicited,
+    /// The next completion.
+    NextComp,
+}
+
+/// What `create_qp` gets besides the user data.
+pub(crate) struct QpInit<'a, D: DeviceOps> {
+    /// The consumer's attributes; `cap` is written back with the granted sizes.
+    pub(crate) attr: &'a mut bindings::ib_qp_init_attr,
+    /// The QP number already assigned (`ib_qp::qp_num`).
+    pub(crate) qpn: u32,
+    /// The QP's protection domain.
+    pub(crate) pd: PdId,
+    /// The send CQ.
+    pub(crate) send_cq: CqRef<D::Cq>,
+    /// The receive CQ.
+    pub(crate) recv_cq: CqRef<D::Cq>,
+    /// The SRQ, if the QP takes its receive WQEs from one.
+    pub(crate) srq: Option<SrqRef<D::Srq>>,
+}
+
+/// A verbs QP state (`enum ib_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpState {
+    /// `IB_QPS_RESET`.
+    Reset,
+    /// `IB_QPS_INIT` (iWARP Idle).
+    Init,
+    /// `IB_QPS_RTR` (iWARP Idle as well).
+    Rtr,
+    /// `IB_QPS_RTS`.
+    Rts,
+    /// `IB_QPS_SQD` (iWARP Closing).
+    Sqd,
+    /// `IB_QPS_SQE` (iWARP Terminate).
+    Sqe,
+    /// `IB_QPS_ERR`.
+    Error,
+}
+
+impl QpState {
+    const ALL: [(Self, bindings::ib_qp_state); 7] = [
+        (Self::Reset, bindings::ib_qp_state_IB_QPS_RESET),
+        (Self::Init, bindings::ib_qp_state_IB_QPS_INIT),
+        (Self::Rtr, bindings::ib_qp_state_IB_QPS_RTR),
+        (Self::Rts, bindings::ib_qp_state_IB_QPS_RTS),
+        (Self::Sqd, bindings::ib_qp_state_IB_QPS_SQD),
+        (Self::Sqe, bindings::ib_qp_state_IB_QPS_SQE),
+        (Self::Error, bindings::ib_qp_state_IB_QPS_ERR),
+    ];
+
+    /// The state of the core's value `raw`, or `None` for a value it does not define.
+    pub(super) fn from_raw(raw: bindings::ib_qp_state) -> Option<Self> {
+        Self::ALL.iter().find(|(_, r)| *r == raw).map(|(s, _)| *s)
+    }
+
+    /// The core's value of the state.
+    pub(super) fn to_raw(self) -> bindings::ib_qp_state {
+        Self::ALL
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or(bindings::ib_qp_state_IB_QPS_ERR, |(_, r)| *r)
+    }
+}
+
+/// A change `modify_qp` asks for: each `Some` is a bit of the consumer's `IB_QP_*` mask.
+/// The other standard attributes (path, timeouts, retries) have no meaning on iWARP and
+/// are not passed on.
+pub(crate) struct QpModify {
+    /// `IB_QP_STATE`: the state to enter.
+    pub(crate) state: Option<QpState>,
+    /// `IB_QP_CUR_STATE`: the state the consumer believes the QP is in.
+    pub(crate) cur_state: Option<QpState>,
+    /// `IB_QP_ACCESS_FLAGS`: the `IB_ACCESS_*` rights of remote peers on the QP.
+    pub(crate) access: Option<u32>,
+}
+
+/// The queue sizes of a QP (`struct ib_qp_cap`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QpCap {
+    /// SQ depth in WRs.
+    pub(crate) max_send_wr: u32,
+    /// RQ depth in WRs (0 with an SRQ).
+    pub(crate) max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub(crate) max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub(crate) max_recv_sge: u32,
+    /// Inline data per send WR, in octets.
+    pub(crate) max_inline_data: u32,
+}
+
+/// What `query_qp` reports.
+pub(crate) struct QpAttrs {
+    /// The current state.
+    pub(crate) state: QpState,
+    /// The granted queue sizes.
+    pub(crate) cap: QpCap,
+    /// Whether every send WR completes signalled (`IB_SIGNAL_ALL_WR`).
+    pub(crate) sig_all: bool,
+    /// The `IB_ACCESS_*` rights last set.
+    pub(crate) access: u32,
+    /// The MTU of the netdev, in octets (`None` without netdev).
+    pub(crate) mtu: Option<u32>,
+    /// The inbound RDMA Read depth (IRD) of the connection (0 unconnected).
+    pub(crate) ird: u8,
+    /// The outbound RDMA Read depth (ORD) of the connection (0 unconnected).
+    pub(crate) ord: u8,
+}
+
+/// The verbs of a queue pair, implemented by its driver data.
+pub(crate) trait QpOps<D: DeviceOps>: Sized + Send + Sync {
+    /// `create_qp`: validates, allocates and answers a user caller; returns the QP data's
+    /// initialiser. The QP number is assigned already; the QP becomes visible to
+    /// `iw_get_qp` after the data is initialised.
+    fn create(
+        dev: &IbDevice<D>,
+        init: QpInit<'_, D>,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<impl PinInit<Self, Error>>;
+    /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy
+    /// waits for all `iw_add_ref` references to go, then the data is dropped.
+    fn destroy(dev: &IbDevice<D>, qp: &IbQp<Self>);
+    /// `modify_qp` (the trampoline refuses mask bits beyond the standard attributes).
+    fn modify(qp: &IbQp<Self>, change: &QpModify) -> Result;
+    /// `query_qp`.
+    fn query(dev: &IbDevice<D>, qp: &IbQp<Self>) -> QpAttrs;
+    /// `post_send` (for a user QP: the doorbell, with an empty list).
+    fn post_send<'a>(qp: &IbQp<Self>, wrs: WrList<'a, SendWr>)
+        -> Result<(), PostError<'a, SendWr>>;
+    /// `post_recv`.
+    fn post_recv<'a>(qp: &IbQp<Self>, wrs: WrList<'a, RecvWr>)
+        -> Result<(), PostError<'a, RecvWr>>;
+}
+
+/// The limits of a shared receive queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SrqAttr {
+    /// The depth in receive WRs.
+    pub(crate) max_wr: u32,
+    /// The SGEs per receive WR.
+    pub(crate) max_sge: u32,
+    /// The limit event's threshold in posted WRs (0: disarmed).
+    pub(crate) limit: u32,
+}
+
+/// A change of `modify_srq`: each field set is a bit of the consumer's `IB_SRQ_*` mask.
+pub(crate) struct SrqModify {
+    /// `IB_SRQ_MAX_WR`: resize to this depth.
+    pub(crate) max_wr: Option<u32>,
+    /// `IB_SRQ_LIMIT`: set (and arm) the limit.
+    pub(crate) limit: Option<u32>,
+}
+
+/// The verbs of a shared receive queue, implemented by its driver data.
+pub(crate) trait SrqOps<D: DeviceOps>: Sized + Send + Sync {
+    /// `create_srq` of a basic SRQ (the trampoline refuses the other types): validates
+    /// `attr`, allocates and answers a user caller; returns the granted depth in WRs and
+    /// the initialiser of the SRQ data.
+    fn create(
+        dev: &IbDevice<D>,
+        attr: &SrqAttr,
+        udata: Option<&mut UserResponse<'_>>,
+    ) -> Result<(u32, impl PinInit<Self, Error>)>;
+    /// `destroy_srq`: called before the data is dropped.
+    fn destroy(dev: &IbDevice<D>, srq: &IbSrq<Self>);
+    /// `modify_srq`.
+    fn modify(srq: &IbSrq<Self>, change: &SrqModify) -> Result;
+    /// `query_srq`.
+    fn query(srq: &IbSrq<Self>) -> SrqAttr;
+    /// `post_srq_recv`.
+    fn post<'a>(srq: &IbSrq<Self>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
+}
+
+/// The verbs of a memory region, implemented by its driver data. Each constructor
+/// returns the region's STag (lkey = rkey) with the data.
+pub(crate) trait MrOps<D: DeviceOps>: Sized + Send + Sync {
+    /// `get_dma_mr`: all kernel memory with rights `access` (`IB_ACCESS_*`); `kc` marks the
+    /// region as a kernel consumer's.
+    fn get_dma(dev: &IbDevice<D>, pd: PdId, access: i32, kc: KernelConsumer)
+        -> Result<(u32, Self)>;
+    /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
+    /// as `iova`.
+    #[allow(clippy::too_many_arguments)]
+    fn reg_user(
+        dev: &IbDevice<D>,
+        pd: PdId,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+        udata: &mut UserResponse<'_>,
+    ) -> Result<(u32, Self)>;
+    /// `alloc_mr` of type `IB_MR_TYPE_MEM_REG` (the trampoline refuses the other types):
+    /// a fast-registration MR for up to `max_num_sg` pages; `kc` marks the region as a
+    /// kernel consumer's.
+    fn alloc_fast(
+        dev: &IbDevice<D>,
+        pd: PdId,
+        max_num_sg: u32,
+        kc: KernelConsumer,
+    ) -> Result<(u32, Self)>;
+    /// `map_mr_sg`, step 1: forget the previous page list.
+    fn map_begin(mr: &IbMr<Self>) -> Result;
+    /// `map_mr_sg`, step 2 (per page, from `ib_sg_to_pages`): append page address `addr`.
+    fn set_page(mr: &IbMr<Self>, addr: u64) -> Result;
+    /// `map_mr_sg`, step 3: the mapping covers `len` octets at `iova` in pages of
+    /// `page_size` octets.
+    fn map_end(mr: &IbMr<Self>, iova: u64, len: u64, page_size: u32);
+    /// `dereg_mr`: called before the MR data is dropped and the MR freed.
+    fn dereg(dev: &IbDevice<D>, mr: &IbMr<Self>);
+}
+
+/// The iw_cm verbs of a listening endpoint, implemented by its driver data.
+pub(crate) trait ListenerOps<D: DeviceOps>: Sized + Send + Sync + 'static {
+    /// `iw_create_listen`: listens on `id`'s mapped local address.
+    fn create(dev: &IbDevice<D>, id: CmId<D>, backlog: i32) -> Result<Arc<Self>>;
+    /// `iw_destroy_listen`: stops listening.
+    fn destroy(&self);
+}
+
+/// The iw_cm verbs of a connection endpoint, implemented by its driver data.
+pub(crate) trait CepOps<D: DeviceOps>: Sized + Send + Sync + 'static {
+    /// `iw_connect`: connects `id` with `param` (active side).
+    fn connect(dev: &IbDevice<D>, id: CmId<D>, param: ConnParam) -> Result;
+    /// `iw_accept`: accepts the connection of `cep` on the new `id`.
+    fn accept(cep: Arc<Self>, id: CmId<D>, param: ConnParam) -> Result;
+    /// `iw_reject`: rejects the connection of `cep` with private data `pdata`.
+    fn reject(cep: Arc<Self>, pdata: &[u8]) -> Result;
+}

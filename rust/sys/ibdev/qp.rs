@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Trampolines of the QP verbs, and iw_cm's QP lookups (`iw_get_qp`, `iw_add_ref`,
+//! `iw_rem_ref`). QP containers are allocated by the core; the driver data is initialised
+//! in `create_qp_c`, which also enters the QP into the device's QP-number table, and
+//! dropped in `destroy_qp_c` once every `iw_add_ref` reference is gone.
+
+use super::{errno, DeviceOps, IbDevice, QpInit, QpModify, QpOps, QpState};
+use crate::sys::bindings;
+use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
+use crate::sys::pr_err_ratelimited;
+use crate::sys::udata::user;
+use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};
+use kernel::ffi::c_int;
+use kernel::prelude::*;
+
+/// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
+const STANDARD_BITS: u32 = (1 << 21) - 1;
+
+/// The range of QP numbers (24 bits; 0 is never used).
+const QPN_MIN: u32 = 1;
+const QPN_MAX: u32 = 0x00ff_ffff;
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn create_qp_c(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        let (dev, attr, mut udata) =
+            // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
+            // device, valid attributes and null or valid user data.
+            unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
+        // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
+        // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
+        let (send_cq, recv_cq, srq) = unsafe {
+            (
+                CqRef::new(attr.send_cq),
+                CqRef::new(attr.recv_cq),
+                SrqRef::new(attr.srq),
+            )
+        };
+        let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
+            pr_err_ratelimited!("create_qp: a QP needs a send CQ and a receive CQ\n");
+            return EINVAL.to_errno();
+        };
+        let qpn = match dev.qps.reserve(QPN_MIN, QPN_MAX) {
+            Ok(n) => n,
+            Err(e) => return e.to_errno(),
+        };
+        // SAFETY: the QP is ours until `create_qp` returns; the core reads `qp_num` after.
+        let pd = unsafe {
+            (*qp).qp_num = qpn;
+            PdId::of((*qp).pd)
+        };
+        let init = QpInit {
+            attr,
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        };
+        let data = match T::Qp::create(dev, init, udata.as_mut()) {
+            Ok(d) => d,
+            Err(e) => {
+                dev.qps.remove(qpn);
+                return e.to_errno();
+            }
+        };
+        // SAFETY: everything after `base` in the core's allocation is uninitialised, ours.
+        if let Err(e) = unsafe { IbQp::<T::Qp>::init_rest(qp, data) } {
+            dev.qps.remove(qpn);
+            return e.to_errno();
+        }
+        // SAFETY: the QP stays valid until `destroy_qp_c` removes it from the table;
+        // `iw_get_qp_c` only returns it to iw_cm, whose consumer owns the QP.
+        if let Err(e) = unsafe { dev.qps.publish(qpn, qp.cast()) } {
+            // SAFETY: initialised above and not published: nobody else uses it.
+            unsafe { IbQp::<T::Qp>::drop_rest(qp) };
+            dev.qps.remove(qpn);
+            return e.to_errno();
+        }
+        0
+    }
+
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn destroy_qp_c(
+        qp: *mut bindings::ib_qp,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: the core destroys a live QP of this device.
+        let (dev, obj) = unsafe { (Self::from_raw((*qp).device), IbQp::<T::Qp>::from_raw(qp)) };
+        T::Qp::destroy(dev, obj);
+        // No new references after this: lookups take theirs under the table lock.
+        dev.qps.remove(obj.qpn());
+        obj.put_ref();
+        obj.released.wait_for_completion();
+        // SAFETY: no reference is left and the core calls no further verb on the QP.
+        unsafe { IbQp::<T::Qp>::drop_rest(qp) };
+        0
+    }
+
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn modify_qp_c(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        mask: c_int,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: a live QP and valid attributes.
+        let (obj, attr) = unsafe { (IbQp::<T::Qp>::from_raw(qp), &*attr) };
+        // The mask's bits are a `u32` set (`enum ib_qp_attr_mask`).
+        let mask = mask as u32;
+        if mask & !STANDARD_BITS != 0 {
+            pr_err_ratelimited!(
+                "QP {}: modify_qp attribute mask {mask:#x} has unsupported bits\n",
+                obj.qpn()
+            );
+            return EOPNOTSUPP.to_errno();
+        }
+        let state = |bit: u32, raw: bindings::ib_qp_state| -> Result<Option<QpState>> {
+            if mask & bit == 0 {
+                return Ok(None);
+            }
+            QpState::from_raw(raw).map(Some).ok_or_else(|| {
+                pr_err_ratelimited!("QP {}: modify_qp state {raw} unknown\n", obj.qpn());
+                EINVAL
+            })
+        };
+        let change = match (
+            state(bindings::ib_qp_attr_mask_IB_QP_STATE, attr.qp_state),
+            state(bindings::ib_qp_attr_mask_IB_QP_CUR_STATE, attr.cur_qp_state),
+        ) {
+            (Ok(state), Ok(cur_state)) => QpModify {
+                state,
+                cur_state,
+                access: (mask & bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS != 0)
+                    .then_some(attr.qp_access_flags as u32),
+            },
+            (Err(e), _) | (_, Err(e)) => return e.to_errno(),
+        };
+        errno(T::Qp::modify(obj, &change))
+    }
+
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn query_qp_c(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        _mask: c_int,
+        init: *mut bindings::ib_qp_init_attr,
+    ) -> c_int {
+        if attr.is_null() || init.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: a live QP and exclusively borrowed output buffers.
+        let (dev, obj, attr, init) = unsafe {
+            (
+                Self::from_raw((*qp).device),
+                IbQp::<T::Qp>::from_raw(qp),
+                &mut *attr,
+                &mut *init,
+            )
+        };
+        // SAFETY: the QP is live; the core set these at creation and never changes them.
+        unsafe {
+            init.qp_type = (*qp).qp_type;
+            init.send_cq = (*qp).send_cq;
+            init.recv_cq = (*qp).recv_cq;
+            init.srq = (*qp).srq;
+        }
+        let a = T::Qp::query(dev, obj);
+        let cap = bindings::ib_qp_cap {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+            max_rdma_ctxs: 0,
+        };
+        attr.qp_state = a.state.to_raw();
+        attr.cur_qp_state = attr.qp_state;
+        attr.cap = cap;
+        attr.qp_access_flags = a.access as c_int;
+        if let Some(mtu) = a.mtu {
+            attr.path_mtu = super::ib_mtu(mtu);
+        }
+        attr.max_rd_atomic = a.ord;
+        attr.max_dest_rd_atomic = a.ird;
+        init.cap = cap;
+        init.sq_sig_type = if a.sig_all {
+            bindings::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            bindings::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
+        0
+    }
+
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn post_send_c(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+        bad: *mut *const bindings::ib_send_wr,
+    ) -> c_int {
+        // SAFETY: a live QP; the list is valid for the call (core post contract).
+        let (obj, list) = unsafe {
+            (
+                IbQp::<T::Qp>::from_raw(qp),
+                WrList::<SendWr>::new(wr.cast()),
+            )
+        };
+        // SAFETY: `bad` is the core's out-pointer of this call; `SendWr` is the
+        // transparent view of its type.
+        unsafe { post_result(T::Qp::post_send(obj, list), bad) }
+    }
+
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn post_recv_c(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_recv_wr,
+        bad: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: as in `post_send_c`.
+        let (obj, list) = unsafe {
+            (
+                IbQp::<T::Qp>::from_raw(qp),
+                WrList::<RecvWr>::new(wr.cast()),
+            )
+        };
+        // SAFETY: `bad` is the core's out-pointer of this call; `RecvWr` is the
+        // transparent view of its type.
+        unsafe { post_result(T::Qp::post_recv(obj, list), bad) }
+    }
+
+    /// `iw_get_qp`: the QP with number `qpn`, or null. Like the C siw, this takes no
+    /// reference: iw_cm calls it for a QP its consumer owns (so it cannot be destroyed
+    /// meanwhile) and immediately takes its own with `iw_add_ref`.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn iw_get_qp_c(
+        raw: *mut bindings::ib_device,
+        qpn: c_int,
+    ) -> *mut bindings::ib_qp {
+        // SAFETY: a live device of this type.
+        let dev = unsafe { Self::from_raw(raw) };
+        let Ok(qpn) = u32::try_from(qpn) else {
+            return core::ptr::null_mut();
+        };
+        dev.qps
+            .with(qpn, |p| p.cast::<bindings::ib_qp>())
+            .unwrap_or(core::ptr::null_mut())
+    }
+
+    /// `iw_add_ref`: a reference that keeps `destroy_qp` from freeing the QP.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_cq_c`; the QP is live (not yet destroyed) or the caller holds a
+    /// reference.
+    pub(super) unsafe extern "C" fn iw_add_ref_c(qp: *mut bindings::ib_qp) {
+        // SAFETY: the QP is live (see above).
+        unsafe { IbQp::<T::Qp>::from_raw(qp) }.get_ref();
+    }
+
+    /// `iw_rem_ref`: drops a reference from `iw_add_ref`.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_cq_c`; balances an `iw_add_ref`.
+    pub(super) unsafe extern "C" fn iw_rem_ref_c(qp: *mut bindings::ib_qp) {
+        // SAFETY: the caller's reference keeps the QP live until `put_ref`.
+        unsafe { IbQp::<T::Qp>::from_raw(qp) }.put_ref();
+    }
+}
