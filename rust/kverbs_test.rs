@@ -15,7 +15,7 @@ mod suite {
     use crate::abi::{WcStatus, WrOpcode};
     use crate::device::{Device, Link};
     use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
-    use crate::mem::{access_bits, MAX_FRMR_PAGES};
+    use crate::mem::{access_bits, MrRef, MAX_FRMR_PAGES};
     use crate::qp::wqe::{BadSqe, BadWqe, Stale};
     use crate::qp::Qp;
     use crate::srq::Srq;
@@ -34,7 +34,8 @@ mod suite {
         what: &'static str,
     }
 
-    type Checked = core::result::Result<(), Fail>;
+    /// The outcome of a flow or of one of its steps.
+    type Checked<T = ()> = core::result::Result<T, Fail>;
 
     /// Returns from the flow with a [`Fail`] unless `cond` holds.
     macro_rules! check {
@@ -133,11 +134,62 @@ mod suite {
         RecvReq { id, sges }
     }
 
+    fn sge(addr: u64, len: u32, lkey: u32) -> Sge {
+        Sge { addr, len, lkey }
+    }
+
     /// Polls one completion and returns `(wr_id, status, opcode, byte_len)`.
     fn poll_one(cq: &KCq<'_, Device>) -> Option<(u64, b::ib_wc_status, b::ib_wc_opcode, u32)> {
         let mut wc = [b::ib_wc::zeroed(); 1];
         (cq.poll(&mut wc) == 1)
             .then(|| (wc_wr_id(&wc[0]), wc[0].status, wc[0].opcode, wc[0].byte_len))
+    }
+
+    /// The payload of [`qp_flow`]'s inline RDMA WRITE.
+    const INLINE_DATA: &[u8] = b"inline payload";
+
+    /// The objects and SGEs that the steps of [`qp_flow`] share.
+    struct QpRig<'a> {
+        pd: &'a KPd<'a, Device>,
+        cq: &'a KCq<'a, Device>,
+        qp: &'a KQp<'a, Device>,
+        /// The address of the flow's 4096-octet buffer.
+        base: u64,
+        /// The PD's DMA lkey.
+        lkey: u32,
+        /// 64 octets at `base`.
+        one: [Sge; 1],
+        /// 64 octets at `base`, then 64 at `base + 64`.
+        two: [Sge; 2],
+        /// [`INLINE_DATA`].
+        inline: [Sge; 1],
+    }
+
+    impl<'a> QpRig<'a> {
+        /// The steps' view of `qp` of `pd`, with both queues on `cq`, and SGEs into `buf`.
+        fn new(
+            pd: &'a KPd<'a, Device>,
+            cq: &'a KCq<'a, Device>,
+            qp: &'a KQp<'a, Device>,
+            buf: &[u8],
+        ) -> Self {
+            let base = buf.as_ptr() as u64;
+            let lkey = pd.local_dma_lkey();
+            let one = [sge(base, 64, lkey)];
+            let two = [one[0], sge(base + 64, 64, lkey)];
+            let data = INLINE_DATA;
+            let inline = [sge(data.as_ptr() as u64, data.len() as u32, 0)];
+            Self {
+                pd,
+                cq,
+                qp,
+                base,
+                lkey,
+                one,
+                two,
+                inline,
+            }
+        }
     }
 
     /// Kernel QP verbs, the CM's RTS and ERROR setters, and the TX/RX WQE interface.
@@ -152,61 +204,41 @@ mod suite {
             recv_sge: 2,
             inline: 64,
         };
-        let qp = req!(KQp::new(
-            &pd,
-            &cq,
-            &cq,
-            None,
-            b::ib_qp_type_IB_QPT_RC,
-            caps,
-            &QP_EV
-        ));
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
         check!(qp.qpn() != 0);
         check!(req!(qp.query()) == (RESET, 4, 4));
         let buf = req!(KVec::from_elem(0u8, 4096, GFP_KERNEL));
-        let base = buf.as_ptr() as u64;
-        let lkey = pd.local_dma_lkey();
-        let one = [Sge {
-            addr: base,
-            len: 64,
-            lkey,
-        }];
-        let two = [
-            one[0],
-            Sge {
-                addr: base + 64,
-                len: 64,
-                lkey,
-            },
-        ];
-        let data = b"inline payload";
-        let inline = [Sge {
-            addr: data.as_ptr() as u64,
-            len: data.len() as u32,
-            lkey: 0,
-        }];
+        let t = QpRig::new(&pd, &cq, &qp, &buf);
+        qp_post_before_rts(&t)?;
+        qp_enter_rts(&t)?;
+        qp_tx_complete_and_release(&t)?;
+        qp_tx_malformed_wqe(&t)?;
+        qp_rx_with_invalidate(&t)?;
+        let calls = qp_completion_notification(&t)?;
+        qp_fatal_error(&t, calls)?;
+        qp_error_and_reset(&t)
+    }
 
+    /// Posting in RESET and INIT: the queue limits, SGE limits and unsupported opcodes.
+    fn qp_post_before_rts(t: &QpRig<'_>) -> Checked {
+        let (qp, one, two) = (t.qp, &t.one, &t.two);
         // Nothing may be posted in RESET.
-        check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
+        check!(errno_at(qp.post_recv(&[recv(1, one)])) == Some((EINVAL.to_errno(), 0)));
         req!(qp.set_state(INIT));
         // The RQ has 4 slots (3 rounded up).
-        req!(qp.post_recv(&[
-            recv(10, &two),
-            recv(11, &one),
-            recv(12, &one),
-            recv(15, &one)
-        ]));
-        check!(errno_at(qp.post_recv(&[recv(16, &one)])) == Some((ENOMEM.to_errno(), 0)));
+        req!(qp.post_recv(&[recv(10, two), recv(11, one), recv(12, one), recv(15, one)]));
+        check!(errno_at(qp.post_recv(&[recv(16, one)])) == Some((ENOMEM.to_errno(), 0)));
         let mut write = send(
             22,
             b::ib_wr_opcode_IB_WR_RDMA_WRITE,
             SIGNALED | b::ib_send_flags_IB_SEND_INLINE as u32,
-            &inline,
+            &t.inline,
         );
         write.rdma = (0x1000, 0x4242);
         req!(qp.post_send(&[
-            send(20, b::ib_wr_opcode_IB_WR_SEND, SIGNALED, &one),
-            send(21, b::ib_wr_opcode_IB_WR_SEND, 0, &two),
+            send(20, b::ib_wr_opcode_IB_WR_SEND, SIGNALED, one),
+            send(21, b::ib_wr_opcode_IB_WR_SEND, 0, two),
             write,
         ]));
         // Too many SGEs; a LOCAL_INV fills the SQ; atomics do not exist on iWARP; full.
@@ -217,19 +249,24 @@ mod suite {
         );
         let mut inv = send(23, b::ib_wr_opcode_IB_WR_LOCAL_INV, 0, &[]);
         inv.rdma = (0, 0x1234_5678);
-        let r = qp.post_send(&[inv, send(31, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]);
+        let r = qp.post_send(&[inv, send(31, b::ib_wr_opcode_IB_WR_SEND, 0, one)]);
         check!(errno_at(r) == Some((ENOMEM.to_errno(), 1)));
-        let atomic = send(32, b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP, 0, &one);
+        let atomic = send(32, b::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP, 0, one);
         check!(errno_at(qp.post_send(&[atomic])) == Some((EINVAL.to_errno(), 0)));
         check!(
-            errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]))
+            errno_at(qp.post_send(&[send(33, b::ib_wr_opcode_IB_WR_SEND, 0, one)]))
                 == Some((ENOMEM.to_errno(), 0))
         );
-        check!(poll_one(&cq).is_none());
+        check!(poll_one(t.cq).is_none());
+        Ok(())
+    }
 
-        // Posted, not processed until the connection manager enters RTS.
+    /// Posted WRs are not processed until the connection manager enters RTS, which only it
+    /// may do; afterwards the QP stays in RTS.
+    fn qp_enter_rts(t: &QpRig<'_>) -> Checked {
+        let qp = t.qp;
         let q = qp.driver();
-        check!(q.pd() == pd.id());
+        check!(q.pd() == t.pd.id());
         check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
         check!(qp.set_state(RTS).is_err());
         req!(Qp::enter_rts(q));
@@ -237,17 +274,22 @@ mod suite {
         req!(qp.set_state(RTS));
         check!(qp.set_state(INIT).is_err() && qp.set_state(RESET).is_err());
         check!(Qp::enter_rts(q).is_err());
+        Ok(())
+    }
 
-        // TX: peek, complete (signalled: a CQE), complete again (stale).
+    /// TX: peek, complete (signalled: a CQE), complete again (stale); an unsignalled Send;
+    /// an inline RDMA WRITE released first and completed in error later.
+    fn qp_tx_complete_and_release(t: &QpRig<'_>) -> Checked {
+        let (q, cq) = (t.qp.driver(), t.cq);
         let w = wqe!(Qp::next_sqe(q));
         check!(w.id == 20 && w.opcode == WrOpcode::Send && w.signalled());
-        check!(w.sges().len() == 1 && w.sges()[0].laddr == base && w.sges()[0].lkey == lkey);
+        check!(w.sges().len() == 1 && w.sges()[0].laddr == t.base && w.sges()[0].lkey == t.lkey);
         check!(w.inline_data().is_none());
         check!(wqe!(Qp::next_sqe(q)).id == 20);
         req!(Qp::complete_sqe(q, &w, SUCCESS, 64).map_err(|_| ()));
         check!(Qp::complete_sqe(q, &w, SUCCESS, 64) == Err(Stale));
         check!(
-            poll_one(&cq)
+            poll_one(cq)
                 == Some((
                     20,
                     b::ib_wc_status_IB_WC_SUCCESS,
@@ -259,16 +301,19 @@ mod suite {
         let w = wqe!(Qp::next_sqe(q));
         check!(w.id == 21 && !w.signalled() && w.sges().len() == 2);
         req!(Qp::complete_sqe(q, &w, SUCCESS, 128).map_err(|_| ()));
-        check!(poll_one(&cq).is_none());
+        check!(poll_one(cq).is_none());
         // Inline RDMA WRITE, released first and completed in error later.
         let w = wqe!(Qp::next_sqe(q));
         check!(w.id == 22 && w.opcode == WrOpcode::Write && w.raddr == 0x1000 && w.rkey == 0x4242);
-        check!(w.sges().is_empty() && w.inline_data().map(|d| d.as_slice() == data) == Some(true));
+        check!(
+            w.sges().is_empty()
+                && w.inline_data().map(|d| d.as_slice() == INLINE_DATA) == Some(true)
+        );
         req!(Qp::release_sqe(q, w.slot).map_err(|_| ()));
         check!(Qp::release_sqe(q, w.slot) == Err(Stale));
         Qp::complete_send(q, &w, WcStatus::LocProtErr, 0);
         check!(
-            poll_one(&cq)
+            poll_one(cq)
                 == Some((
                     22,
                     b::ib_wc_status_IB_WC_LOC_PROT_ERR,
@@ -276,8 +321,12 @@ mod suite {
                     0
                 ))
         );
+        Ok(())
+    }
 
-        // A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
+    /// A WQE the TX path finds malformed completes with LOC_QP_OP_ERR.
+    fn qp_tx_malformed_wqe(t: &QpRig<'_>) -> Checked {
+        let q = t.qp.driver();
         let w = wqe!(Qp::next_sqe(q));
         check!(w.id == 23 && w.opcode == WrOpcode::InvalStag && w.rkey == 0x1234_5678);
         let bad = BadSqe {
@@ -289,27 +338,36 @@ mod suite {
         req!(Qp::fail_sqe(q, &bad).map_err(|_| ()));
         check!(Qp::fail_sqe(q, &bad) == Err(Stale));
         let op_err = b::ib_wc_status_IB_WC_LOC_QP_OP_ERR;
-        check!(poll_one(&cq) == Some((23, op_err, b::ib_wc_opcode_IB_WC_LOCAL_INV, 0)));
+        check!(poll_one(t.cq) == Some((23, op_err, b::ib_wc_opcode_IB_WC_LOCAL_INV, 0)));
         check!(Qp::next_sqe(q).is_none());
+        Ok(())
+    }
 
-        // RX: take, complete with an invalidated STag.
+    /// RX: take, complete with an invalidated STag.
+    fn qp_rx_with_invalidate(t: &QpRig<'_>) -> Checked {
+        let q = t.qp.driver();
         let r = wqe!(Qp::take_rqe(q));
-        check!(r.id == 10 && r.sges().len() == 2 && r.sges()[1].laddr == base + 64);
+        check!(r.id == 10 && r.sges().len() == 2 && r.sges()[1].laddr == t.base + 64);
         Qp::complete_recv(q, r.id, SUCCESS, 77, Some(0xabcd_0011), false);
         let mut wc = [b::ib_wc::zeroed(); 4];
-        check!(cq.poll(&mut wc) == 1);
+        check!(t.cq.poll(&mut wc) == 1);
         check!(
             wc_wr_id(&wc[0]) == 10
                 && wc[0].opcode == b::ib_wc_opcode_IB_WC_RECV
                 && wc[0].byte_len == 77
         );
         check!(
-            wc[0].qp == qp.as_ptr()
+            wc[0].qp == t.qp.as_ptr()
                 && wc[0].wc_flags & b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0
         );
         check!(wc_invalidate_rkey(&wc[0]) == 0xabcd_0011);
+        Ok(())
+    }
 
-        // Completion notification: one-shot arms, solicited-only arms, missed events.
+    /// Completion notification: one-shot arms, solicited-only arms, missed events.
+    /// Returns the completion handler calls counted before the first arm.
+    fn qp_completion_notification(t: &QpRig<'_>) -> Checked<u32> {
+        let (q, cq) = (t.qp.driver(), t.cq);
         check!(cq.req_notify(b::ib_cq_notify_flags_IB_CQ_NEXT_COMP) == 0);
         let calls = CQ_EV.count();
         let r = wqe!(Qp::take_rqe(q));
@@ -325,6 +383,7 @@ mod suite {
         check!(r.id == 15);
         Qp::complete_recv(q, r.id, SUCCESS, 5, None, true);
         check!(CQ_EV.count() == calls + 2);
+        let mut wc = [b::ib_wc::zeroed(); 4];
         check!(
             cq.poll(&mut wc) == 3
                 && wc_wr_id(&wc[0]) == 11
@@ -337,28 +396,40 @@ mod suite {
                     | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS
             ) == 0
         );
+        Ok(calls)
+    }
 
-        // A fatal error (CM, data path): its event, a flush of the rest (the armed CQ
-        // fires once), and, as a send WQE was flushed, SQ_DRAINED after the error's event.
-        req!(qp.post_send(&[send(17, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
-        req!(qp.post_recv(&[recv(16, &one)]));
+    /// A fatal error (CM, data path): its event, a flush of the rest (the CQ armed since
+    /// `calls` handler calls fires once), and, as a send WQE was flushed, SQ_DRAINED after
+    /// the error's event; a second error changes nothing.
+    fn qp_fatal_error(t: &QpRig<'_>, calls: u32) -> Checked {
+        let (qp, cq, one) = (t.qp, t.cq, &t.one);
+        let q = qp.driver();
+        req!(qp.post_send(&[send(17, b::ib_wr_opcode_IB_WR_SEND, 0, one)]));
+        req!(qp.post_recv(&[recv(16, one)]));
         let events = QP_EV.count();
         Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
         check!(QP_EV.count() == events + 2 && QP_EV.last() == b::ib_event_type_IB_EVENT_SQ_DRAINED);
         check!(CQ_EV.count() == calls + 3);
         let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
-        check!(poll_one(&cq) == Some((17, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
-        check!(poll_one(&cq) == Some((16, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
+        check!(poll_one(cq) == Some((17, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
+        check!(poll_one(cq) == Some((16, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
         check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
         check!(req!(qp.query()).0 == ERR);
         Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
         check!(QP_EV.count() == events + 2);
-        // In ERROR, posting completes at once (what ib_drain_qp relies on).
-        req!(qp.post_send(&[send(40, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
-        req!(qp.post_recv(&[recv(41, &one)]));
-        check!(poll_one(&cq) == Some((40, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
-        check!(poll_one(&cq) == Some((41, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
-        // ERROR -> RESET -> INIT makes the QP usable again.
+        Ok(())
+    }
+
+    /// In ERROR, posting completes at once (what ib_drain_qp relies on); ERROR -> RESET ->
+    /// INIT makes the QP usable again.
+    fn qp_error_and_reset(t: &QpRig<'_>) -> Checked {
+        let (qp, cq, one) = (t.qp, t.cq, &t.one);
+        let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+        req!(qp.post_send(&[send(40, b::ib_wr_opcode_IB_WR_SEND, 0, one)]));
+        req!(qp.post_recv(&[recv(41, one)]));
+        check!(poll_one(cq) == Some((40, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
+        check!(poll_one(cq) == Some((41, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
         req!(qp.set_state(RESET));
         req!(qp.set_state(INIT));
         check!(req!(qp.query()).0 == INIT);
@@ -371,26 +442,9 @@ mod suite {
         let pd = req!(KPd::new(dev));
         let cq = req!(KCq::new(dev, 16, &SRQ_CQ_EV));
         let srq = req!(KSrq::new(&pd, 6, 1, 0, &SRQ_EV));
-        check!(req!(srq.query()) == (8, 1, 0));
-        check!(srq.set_limit(9).is_err());
-        req!(srq.set_limit(3));
-        check!(req!(srq.query()) == (8, 1, 3));
         let buf = req!(KVec::from_elem(0u8, 256, GFP_KERNEL));
-        let one = [Sge {
-            addr: buf.as_ptr() as u64,
-            len: 256,
-            lkey: pd.local_dma_lkey(),
-        }];
-        let two = [one[0], one[0]];
-        check!(errno_at(srq.post_recv(&[recv(99, &two)])) == Some((EINVAL.to_errno(), 0)));
-        req!(srq.post_recv(&[
-            recv(100, &one),
-            recv(101, &one),
-            recv(102, &one),
-            recv(103, &one),
-            recv(104, &one)
-        ]));
-
+        let one = [sge(buf.as_ptr() as u64, 256, pd.local_dma_lkey())];
+        srq_query_limit_and_post(&srq, &one)?;
         let caps = Caps {
             send_wr: 2,
             recv_wr: 0,
@@ -398,20 +452,44 @@ mod suite {
             recv_sge: 1,
             inline: 0,
         };
-        let qp = req!(KQp::new(
-            &pd,
-            &cq,
-            &cq,
-            Some(&srq),
-            b::ib_qp_type_IB_QPT_RC,
-            caps,
-            &SRQ_QP_EV
-        ));
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        let qp = req!(KQp::new(&pd, &cq, &cq, Some(&srq), rc, caps, &SRQ_QP_EV));
         check!(errno_at(qp.post_recv(&[recv(1, &one)])) == Some((EINVAL.to_errno(), 0)));
         req!(qp.set_state(INIT));
         let q = qp.driver();
         check!(Qp::take_rqe(q).is_none());
         req!(Qp::enter_rts(q));
+        srq_limit_event(&srq, &qp, &cq)?;
+        srq_qp_error(&srq, &qp, &cq, &one)
+    }
+
+    /// The granted size (6 WRs round up to 8), the limit's bound, and posting five WRs of
+    /// one SGE (`one`) but none of two.
+    fn srq_query_limit_and_post(srq: &KSrq<'_, Device>, one: &[Sge; 1]) -> Checked {
+        check!(req!(srq.query()) == (8, 1, 0));
+        check!(srq.set_limit(9).is_err());
+        req!(srq.set_limit(3));
+        check!(req!(srq.query()) == (8, 1, 3));
+        let two = [one[0], one[0]];
+        check!(errno_at(srq.post_recv(&[recv(99, &two)])) == Some((EINVAL.to_errno(), 0)));
+        req!(srq.post_recv(&[
+            recv(100, one),
+            recv(101, one),
+            recv(102, one),
+            recv(103, one),
+            recv(104, one)
+        ]));
+        Ok(())
+    }
+
+    /// The QP takes the SRQ's WQEs in order; falling below the limit reports the limit
+    /// event once, until `set_limit` re-arms it.
+    fn srq_limit_event(
+        srq: &KSrq<'_, Device>,
+        qp: &KQp<'_, Device>,
+        cq: &KCq<'_, Device>,
+    ) -> Checked {
+        let q = qp.driver();
         let events = SRQ_EV.count();
         for id in 100..102 {
             let r = wqe!(Qp::take_rqe(q));
@@ -434,15 +512,24 @@ mod suite {
         check!(Qp::take_rqe(q).is_none());
         let mut wc = [b::ib_wc::zeroed(); 4];
         check!(cq.poll(&mut wc) == 2);
+        Ok(())
+    }
 
-        // An SRQ QP entering ERROR leaves the SRQ's WQEs to its other QPs.
-        req!(srq.post_recv(&[recv(105, &one)]));
+    /// An SRQ QP entering ERROR leaves the SRQ's WQEs to its other QPs.
+    fn srq_qp_error(
+        srq: &KSrq<'_, Device>,
+        qp: &KQp<'_, Device>,
+        cq: &KCq<'_, Device>,
+        one: &[Sge; 1],
+    ) -> Checked {
+        req!(srq.post_recv(&[recv(105, one)]));
         let qp_events = SRQ_QP_EV.count();
         req!(qp.set_state(ERR));
         check!(
             SRQ_QP_EV.count() == qp_events + 1
                 && SRQ_QP_EV.last() == b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED
         );
+        let mut wc = [b::ib_wc::zeroed(); 4];
         check!(cq.poll(&mut wc) == 0);
         check!(
             Srq::take_rqe(srq.driver())
@@ -453,16 +540,39 @@ mod suite {
         Ok(())
     }
 
+    /// The device, PDs and buffer that the steps of [`mr_flow`] share.
+    struct MrRig<'a> {
+        dev: &'a KDevice<Device>,
+        /// The PD of the MRs.
+        pd: &'a KPd<'a, Device>,
+        /// Another PD of the same device.
+        pd2: &'a KPd<'a, Device>,
+        /// Three pages of kmalloc memory.
+        buf: &'a [u8],
+        /// The address of `buf`.
+        base: u64,
+    }
+
     /// The DMA MR of a kernel PD, fast-registration MRs, and the STag lookup,
     /// resolution, fast registration and invalidation of the data paths.
     fn mr_flow(dev: &KDevice<Device>) -> Checked {
-        let d = dev.driver();
         let pd = req!(KPd::new(dev));
         let pd2 = req!(KPd::new(dev));
         let buf = req!(KVec::from_elem(0u8, 3 * 4096, GFP_KERNEL));
-        let base = buf.as_ptr() as u64;
+        let t = MrRig {
+            dev,
+            pd: &pd,
+            pd2: &pd2,
+            buf: &buf,
+            base: buf.as_ptr() as u64,
+        };
+        dma_mr_lookup(&t)?;
+        fast_registration(&t)
+    }
 
-        // The PD's DMA MR: all kernel memory, local write, not invalidatable.
+    /// The PD's DMA MR: all kernel memory, local write, not invalidatable.
+    fn dma_mr_lookup(t: &MrRig<'_>) -> Checked {
+        let (d, pd, pd2, base) = (t.dev.driver(), t.pd, t.pd2, t.base);
         let dma = pd.local_dma_lkey();
         let m = req!(d.lookup_stag(dma, pd.id(), LOCAL_WRITE, base, 100));
         let r = m.resolve(base);
@@ -483,18 +593,42 @@ mod suite {
         check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
         check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
+        Ok(())
+    }
 
-        // Fast registration: invalid until REG_MR (executed by the TX path).
-        check!(KMr::new(&pd, MAX_FRMR_PAGES + 1).is_err());
-        let mr = req!(KMr::new(&pd, 4));
+    /// Fast registration: invalid until REG_MR (executed by the TX path), then looked up,
+    /// resolved, invalidated, re-registered, and gone with the MR.
+    fn fast_registration(t: &MrRig<'_>) -> Checked {
+        let (d, pd, base) = (t.dev.driver(), t.pd, t.base);
+        check!(KMr::new(pd, MAX_FRMR_PAGES + 1).is_err());
+        let mr = req!(KMr::new(pd, 4));
         let (stag, _, _) = mr.key_and_range();
         check!(stag >> 8 != 0 && stag & 0xff == 0);
         check!(d.lookup_stag(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(d.fast_register(stag, pd.id(), 0) == Err(EINVAL));
-        check!(mr.map(&buf[100..100 + 8192]) == 1);
+        check!(mr.map(&t.buf[100..100 + 8192]) == 1);
         let (_, iova, len) = mr.key_and_range();
         check!(iova == base + 100 && len == 8192);
         let key = (stag & !0xff) | 0x5a;
+        let m = frmr_register(t, stag, key, iova)?;
+        frmr_resolution(t, &m, iova)?;
+        frmr_invalidate(t, &m, stag, key, iova)?;
+        // Re-mapped and re-registered under another key; deregistration removes the STag.
+        check!(mr.map(&t.buf[0..4096]) == 1);
+        let again = (stag & !0xff) | 0x77;
+        req!(d.fast_register(again, pd.id(), LOCAL_WRITE as i32));
+        req!(d.lookup_stag(again, pd.id(), LOCAL_WRITE, base, 4096));
+        drop(mr);
+        check!(d.lookup_stag(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        Ok(())
+    }
+
+    /// REG_MR of the MR `stag`, mapped at `iova`, under `key` with local and remote write:
+    /// only once and only from its PD; the lookup of `key` checks rights and bounds.
+    /// Returns the reference of a successful lookup.
+    fn frmr_register(t: &MrRig<'_>, stag: u32, key: u32, iova: u64) -> Checked<MrRef> {
+        let (d, pd, pd2) = (t.dev.driver(), t.pd, t.pd2);
+        let remote_write = access_bits(Access::RemoteWrite);
         let rights = (LOCAL_WRITE | remote_write) as i32;
         check!(d.fast_register(key, pd2.id(), rights) == Err(EACCES));
         req!(d.fast_register(key, pd.id(), rights));
@@ -512,30 +646,32 @@ mod suite {
             d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds)
         );
         check!(d.lookup_stag(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
-        // Resolution follows the page list: contiguous up to each page end.
+        Ok(m)
+    }
+
+    /// Resolution follows the page list: contiguous up to each page end.
+    fn frmr_resolution(t: &MrRig<'_>, m: &MrRef, iova: u64) -> Checked {
         let seg = |off: u64| {
-            let kva = base + 100 + off;
+            let kva = t.base + 100 + off;
             (kva, (4096 - kva % 4096).min(8192 - off))
         };
         for off in [0, 1, 3995, 3996, 5000, 8191] {
             check!(m.resolve(iova + off).map(|k| (k.addr(), k.len())) == Some(seg(off)));
         }
         check!(m.resolve(iova + 8192).is_none() && m.resolve(iova - 1).is_none());
+        Ok(())
+    }
 
-        // Invalidation (LOCAL_INV, Send with Invalidate); the held reference sees it.
+    /// Invalidation (LOCAL_INV, Send with Invalidate) of `key`; the held reference `m`
+    /// sees it.
+    fn frmr_invalidate(t: &MrRig<'_>, m: &MrRef, stag: u32, key: u32, iova: u64) -> Checked {
+        let (d, pd, pd2) = (t.dev.driver(), t.pd, t.pd2);
         check!(d.invalidate_stag(key, pd2.id()) == Err(InvalidateCheck::NotAssociated));
         check!(d.invalidate_stag(stag, pd.id()) == Err(InvalidateCheck::InvalidStag));
         req!(d.invalidate_stag(key, pd.id()));
         check!(d.invalidate_stag(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
         check!(d.lookup_stag(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(!m.is_valid());
-        // Re-mapped and re-registered under another key; deregistration removes the STag.
-        check!(mr.map(&buf[0..4096]) == 1);
-        let again = (stag & !0xff) | 0x77;
-        req!(d.fast_register(again, pd.id(), LOCAL_WRITE as i32));
-        req!(d.lookup_stag(again, pd.id(), LOCAL_WRITE, base, 4096));
-        drop(mr);
-        check!(d.lookup_stag(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         Ok(())
     }
 
@@ -572,11 +708,7 @@ mod suite {
         check!(KQp::new(&pd, &cq, &cq, None, rc, Caps { inline: 81, ..caps }, &QP_EV).is_err());
         let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
         let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));
-        let one = [Sge {
-            addr: buf.as_ptr() as u64,
-            len: 64,
-            lkey: pd.local_dma_lkey(),
-        }];
+        let one = [sge(buf.as_ptr() as u64, 64, pd.local_dma_lkey())];
         req!(qp.set_state(INIT));
         req!(qp.post_recv(&[recv(1, &one), recv(2, &one)]));
         req!(qp.post_send(&[send(3, b::ib_wr_opcode_IB_WR_SEND, 0, &one)]));
