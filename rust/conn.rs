@@ -48,7 +48,6 @@
 //! for the first FPDU, a TERMINATE the peer does not take).
 
 use crate::abi::WcStatus;
-use crate::cm::Armed;
 use crate::device::Device;
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, Session, SessionConfig};
@@ -62,6 +61,7 @@ use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
 use crate::sys::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
 use crate::sys::Live;
+use crate::timer::Armed;
 use crate::wire::terminate::TermCause;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
@@ -220,7 +220,7 @@ impl Conn {
         let timeout_ms = u64::from(
             crate::module_parameters::mpa_timeout_ms
                 .value()
-                .max(crate::cm::MIN_MPA_TIMEOUT_MS),
+                .max(crate::timer::MIN_MPA_TIMEOUT_MS),
         );
         let cfg = SessionConfig {
             ird,

@@ -23,6 +23,7 @@ mod mem;
 mod qp;
 mod srq;
 mod sys;
+mod timer;
 
 module! {
     type: Rsiw,

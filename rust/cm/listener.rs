@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Listening endpoints: one listening socket per listening `iw_cm_id`, whose work item
+//! accepts the TCP connections and hands each to a passive [`Cep`] that waits for the
+//! peer's MPA Request.
+
+use super::Cep;
+use crate::device::Device;
+use crate::sys::ibdev::{IbDevice, ListenerOps};
+use crate::sys::iwcm::CmId;
+use crate::sys::pr_warn_ratelimited;
+use crate::sys::socket::{SockEvent, SockEvents, SockRef, Socket};
+use crate::sys::Live;
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
+use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
+
+/// Listen backlog ceiling (the consumer's backlog is clamped to it).
+const MAX_BACKLOG: i32 = 128;
+
+/// A listening endpoint.
+#[pin_data]
+pub(crate) struct Listener {
+    pub(super) id: CmId<Device>,
+    #[pin]
+    sock: Mutex<Option<Socket>>,
+    /// The connections it accepted that wait for their MPA Request: no consumer knows
+    /// them yet, so the listener owns them and closes them when it is destroyed.
+    #[pin]
+    pending: Mutex<Pending>,
+    #[pin]
+    work: Work<Listener>,
+    _live: Live,
+}
+
+/// The CEPs a listener owns (see [`Listener::pending`]).
+struct Pending {
+    /// Set by [`Listener::destroy`]: no more CEPs are adopted.
+    closed: bool,
+    ceps: KVec<Arc<Cep>>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Listener { self.work }
+}
+
+impl ListenerOps<Device> for Listener {
+    /// `iw_create_listen`: listens on the id's (mapped) local address; a wildcard address
+    /// serves only this device's netdev.
+    fn create(dev: &IbDevice<Device>, id: CmId<Device>, backlog: i32) -> Result<Arc<Self>> {
+        let ndev = dev.netdev().ok_or(ENODEV)?;
+        let addr = id.mapped_local_addr();
+        let mut sock = Socket::tcp(ndev.net(), addr.family())?;
+        if addr.is_wildcard() {
+            sock.bind_to_netdev(ndev.ifindex());
+        }
+        sock.set_v6only(id.afonly());
+        sock.bind(&addr).inspect_err(|e| {
+            pr_warn_ratelimited!("listen: bind failed ({e:?})\n");
+        })?;
+        let l = Arc::pin_init(
+            pin_init!(Self {
+                id,
+                sock <- new_mutex!(None),
+                pending <- new_mutex!(Pending {
+                    closed: false,
+                    ceps: KVec::new(),
+                }),
+                work <- new_work!("rsiw_listener"),
+                _live: Live::new(),
+            }),
+            GFP_KERNEL,
+        )?;
+        sock.attach(l.clone(), None)?;
+        sock.listen(backlog.clamp(1, MAX_BACKLOG))?;
+        *l.sock.lock() = Some(sock);
+        Ok(l)
+    }
+
+    /// `iw_destroy_listen`: closes the listening socket and every connection it accepted
+    /// whose MPA Request has not been reported (no CONNECT_REQUEST reaches an id that is
+    /// going away; their sockets and callbacks are gone before this returns).
+    fn destroy(&self) {
+        // Dropping the socket detaches it (no more events) and releases it; the accept
+        // loop holds the same lock, so no CEP is adopted after this.
+        drop(self.sock.lock().take());
+        let ceps = {
+            let mut p = self.pending.lock();
+            p.closed = true;
+            core::mem::take(&mut p.ceps)
+        };
+        for cep in ceps.iter() {
+            Cep::close_pending(cep);
+        }
+    }
+}
+
+impl Listener {
+    /// Takes `cep`, just accepted, into the pending CEPs. Returns `false` (taking
+    /// nothing) once the listener is destroyed, or without memory.
+    pub(super) fn adopt(&self, cep: &Arc<Cep>) -> bool {
+        let mut p = self.pending.lock();
+        !p.closed && p.ceps.push(cep.clone(), GFP_KERNEL).is_ok()
+    }
+
+    /// `cep` left the pending CEPs (its Request was reported, or it closed).
+    pub(super) fn forget(&self, cep: &Arc<Cep>) {
+        let mut p = self.pending.lock();
+        if let Some(i) = p.ceps.iter().position(|c| Arc::ptr_eq(c, cep)) {
+            let gone = p.ceps.remove(i).ok();
+            drop(p);
+            drop(gone);
+        }
+    }
+
+    fn accept_all(this: &Arc<Self>) {
+        let guard = this.sock.lock();
+        let Some(sock) = guard.as_ref() else { return };
+        loop {
+            match sock.accept() {
+                Ok(Some(child)) => {
+                    if let Err(e) = Cep::passive(this.clone(), child, sock) {
+                        pr_warn_ratelimited!("listen: dropping a connection ({e:?})\n");
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    pr_warn_ratelimited!("listen: accept failed ({e:?})\n");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl SockEvents for Listener {
+    fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
+        if ev == SockEvent::DataReady {
+            let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+        }
+    }
+}
+
+impl WorkItem for Listener {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        Self::accept_all(&this);
+    }
+}
