@@ -126,6 +126,23 @@ impl Reason {
     }
 }
 
+/// The session's parameters for the Read depths `ird` and `ord`: capped at
+/// [`MAX_IRD_ORD`], with the TERMINATE and RTR timeout of module parameter
+/// `mpa_timeout_ms` (at least [`crate::timer::MIN_MPA_TIMEOUT_MS`]).
+fn session_config(ird: u32, ord: u32) -> SessionConfig {
+    let timeout_ms = u64::from(
+        crate::module_parameters::mpa_timeout_ms
+            .value()
+            .max(crate::timer::MIN_MPA_TIMEOUT_MS),
+    );
+    SessionConfig {
+        ird,
+        ord,
+        timeout_ms,
+    }
+    .capped()
+}
+
 /// A local SGE resolved to its memory region.
 struct Piece {
     mr: MrRef,
@@ -208,26 +225,33 @@ impl Conn {
     /// `EINVAL` if the QP is not in INIT/RTR or is being destroyed; `ENOMEM`.
     pub(crate) fn establish(
         qp: QpRef<Device>,
-        mut sock: Socket,
+        sock: Socket,
         id: &mut Option<CmId<Device>>,
         n: &Negotiated,
         ird: u32,
         ord: u32,
         report: impl FnOnce(&CmId<Device>),
     ) -> Result<Arc<Self>> {
-        let emss = sock.mss().max(140);
+        let cfg = session_config(ird, ord);
+        let conn = Self::new(&qp, n, sock.mss(), cfg)?;
+        conn.rx.lock().session.start(n, cfg, conn.now_ms());
+        Self::take_over(&conn, qp, sock, id, report)?;
+        // Data may have arrived with or right after the MPA frames.
+        conn.kick();
+        Ok(conn)
+    }
+
+    /// Allocates the connection of `qp` with the Read depths of `cfg`: the transmit half
+    /// frames as negotiated in `n` for a TCP MSS of `mss`, the receive half holds its own
+    /// QP reference and room for `cfg.ord` outstanding Reads. Its session is still idle,
+    /// and neither the QP nor the socket knows the connection yet.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the QP is gone from the device's table; `ENOMEM`.
+    fn new(qp: &QpRef<Device>, n: &Negotiated, mss: u32, cfg: SessionConfig) -> Result<Arc<Self>> {
+        let emss = mss.max(140);
         let pd = qp.qp().pd();
-        let timeout_ms = u64::from(
-            crate::module_parameters::mpa_timeout_ms
-                .value()
-                .max(crate::timer::MIN_MPA_TIMEOUT_MS),
-        );
-        let cfg = SessionConfig {
-            ird,
-            ord,
-            timeout_ms,
-        }
-        .capped();
         let (ird, ord) = (cfg.ird, cfg.ord);
         let tx = DdpTx::for_connection(n, emss, false);
         let reads_out = KVec::with_capacity(ord as usize, GFP_KERNEL)?;
@@ -253,7 +277,8 @@ impl Conn {
                 rx <- new_spinlock_irq!(RxSide {
                     qp: Some(rx_qp),
                     pd,
-                    // Started in place below (its rings do not go through the stack).
+                    // Started in place by `establish` (its rings do not go through the
+                    // stack).
                     session: Session::IDLE,
                     msg: None,
                     reads_out,
@@ -265,30 +290,44 @@ impl Conn {
             }),
             GFP_KERNEL,
         )?;
-        conn.rx.lock().session.start(n, cfg, conn.now_ms());
-        {
-            let mut g = conn.inner.lock();
-            Qp::attach_conn(qp.qp(), conn.clone())?;
-            if let Err(e) = Qp::enter_rts(qp.qp()) {
-                Qp::detach_conn(qp.qp());
-                return Err(e);
-            }
-            sock.detach();
-            if let Err(e) = sock.attach(conn.clone(), None) {
-                Qp::detach_conn(qp.qp());
-                Qp::enter_error(qp.qp(), None);
-                return Err(e);
-            }
-            let id = id.take().ok_or(EINVAL)?;
-            report(&id);
-            g.sock = Some(sock);
-            g.qp = Some(qp);
-            g.id = Some(id);
-            Self::arm_timer(&conn, &mut g);
-        }
-        // Data may have arrived with or right after the MPA frames.
-        conn.kick();
         Ok(conn)
+    }
+
+    /// Hands `qp` and `sock` to the connection, under its mutex: the QP takes it as its
+    /// connection and enters RTS, the socket's callbacks move to it, `report` announces
+    /// it on `id`, which the connection then keeps, and the timer is armed for the
+    /// session's first deadline.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the QP is not in INIT/RTR, is being destroyed or has a connection
+    /// already; `ENOMEM`.
+    fn take_over(
+        this: &Arc<Self>,
+        qp: QpRef<Device>,
+        mut sock: Socket,
+        id: &mut Option<CmId<Device>>,
+        report: impl FnOnce(&CmId<Device>),
+    ) -> Result {
+        let mut g = this.inner.lock();
+        Qp::attach_conn(qp.qp(), this.clone())?;
+        if let Err(e) = Qp::enter_rts(qp.qp()) {
+            Qp::detach_conn(qp.qp());
+            return Err(e);
+        }
+        sock.detach();
+        if let Err(e) = sock.attach(this.clone(), None) {
+            Qp::detach_conn(qp.qp());
+            Qp::enter_error(qp.qp(), None);
+            return Err(e);
+        }
+        let id = id.take().ok_or(EINVAL)?;
+        report(&id);
+        g.sock = Some(sock);
+        g.qp = Some(qp);
+        g.id = Some(id);
+        Self::arm_timer(this, &mut g);
+        Ok(())
     }
 
     /// The connection's IRD and ORD (RDMA Read depths, inbound and outbound).
