@@ -72,10 +72,12 @@ use kernel::time::hrtimer::{
 use kernel::time::{Instant, Monotonic};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use rx::{RxMsg, RxSide};
-use tx::{Fpdu, FpduBufs, JobKind, Payload};
+use tx::{JobKind, Payload};
+use tx_fpdu::{FpduBufs, TxFpdu};
 
 mod rx;
 mod tx;
+mod tx_fpdu;
 
 /// FPDUs one run of the work item sends before it yields (and queues itself again).
 const TX_BURST: u32 = 64;
@@ -161,7 +163,7 @@ struct Inner {
     /// armed timer.
     timer: Option<(u64, Armed<Conn>)>,
     job: Option<(JobKind, Payload)>,
-    fpdu: Option<Fpdu>,
+    fpdu: Option<TxFpdu>,
     /// The buffers of the last FPDU sent, for the next one.
     spare: FpduBufs,
     /// The work item read what arrived before the data-ready callback was attached; from

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The transmit half of a connection: the next message (Read Responses first, then the
-//! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP, copied or
-//! by page reference (`zcopy_tx`), and the completions once a message is queued.
+//! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP ([`TxFpdu`]),
+//! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
+use super::tx_fpdu::{FpduBufs, FpduSink, TxFpdu};
 use super::{Conn, Inner, Piece, Reason};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
@@ -11,19 +12,16 @@ use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
-use crate::engine::stream::TxSink;
-use crate::mem::{access_bits, MrRef};
+use crate::mem::access_bits;
 use crate::qp::wqe::SendWqe;
 use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
-use crate::sys::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::obj::PdId;
-use crate::sys::socket::SockOps;
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::mpa::RtrType;
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
-use crate::wire::terminate::TermCause;
+use crate::wire::terminate::{TermCause, Terminate};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -42,6 +40,28 @@ pub(super) enum Payload {
     },
 }
 
+impl Payload {
+    /// A copy of the inline data `data` (at most [`MAX_INLINE`] octets).
+    fn inline(data: &[u8]) -> Self {
+        let mut buf = [0u8; MAX_INLINE as usize];
+        buf[..data.len()].copy_from_slice(data);
+        Payload::Inline {
+            buf,
+            len: data.len(),
+            off: 0,
+        }
+    }
+
+    /// The payload's length in octets.
+    fn total_len(&self) -> u32 {
+        match self {
+            Payload::None => 0,
+            Payload::Inline { len, .. } => *len as u32,
+            Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
+        }
+    }
+}
+
 /// What the message being sent completes.
 pub(super) enum JobKind {
     /// A send WQE (Send variants, RDMA Write): completed once its last FPDU is queued.
@@ -58,114 +78,14 @@ pub(super) enum JobKind {
     Rtr,
 }
 
-/// One FPDU being handed to TCP: engine octets in `bufs.own`, payload as memory ranges.
-pub(super) struct Fpdu {
-    bufs: FpduBufs,
-    len: usize,
-    sent: usize,
-    last: bool,
-    /// Payload pages go to TCP by reference (see [`Fpdu::zero_copy`]), not copied.
-    zcopy: bool,
-}
-
-/// The buffers of one FPDU. A connection keeps those of the FPDU it sent last
-/// ([`Inner::spare`]) for the next, so that building and sending an FPDU allocates
-/// nothing once they have grown to the connection's usual FPDU shape.
-pub(super) struct FpduBufs {
-    /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC).
-    own: KVec<u8>,
-    /// The FPDU in stream order: pieces of `own` and payload ranges.
-    parts: KVec<Part>,
-    /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
-    hold: KVec<MrRef>,
-    /// Storage of the gather list the copying send builds.
-    iov: IoVecBuf,
-}
-
-impl FpduBufs {
-    /// Empty buffers (they allocate on first use).
-    pub(super) const fn new() -> Self {
-        Self {
-            own: KVec::new(),
-            parts: KVec::new(),
-            hold: KVec::new(),
-            iov: IoVecBuf::new(),
-        }
-    }
-
-    /// Empties the buffers, keeping their capacity; drops the region references.
-    fn recycle(mut self) -> Self {
-        self.own.clear();
-        self.parts.clear();
-        self.hold.clear();
-        self
-    }
-}
-
-enum Part {
-    Own { off: usize, len: usize },
-    Mem(Kva),
-}
-
-impl Fpdu {
-    /// Whether the payload of the message `kind` sends goes to TCP by page reference
-    /// (module parameter `zcopy_tx`): TCP then reads the memory when it (re)transmits, not
-    /// when rsiw queues it. Allowed, as in the C siw, where no completion tells the
-    /// consumer that the buffer is free again when the last octet is queued: a Read
-    /// Response (the peer's Read completes only once the data arrived) and an unsignalled
-    /// Send or Write, and only for payloads of at least a page (a smaller one costs less
-    /// to copy than to splice). Signalled WRs and inline data are always copied.
-    fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
-        if !crate::module_parameters::zcopy_tx.value() {
-            return false;
-        }
-        let Payload::Pieces { list, .. } = payload else {
-            return false;
-        };
-        let eligible = match kind {
-            JobKind::ReadResponse => true,
-            JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
-            _ => false,
-        };
-        let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
-        eligible && total >= kernel::page::PAGE_SIZE as u64
-    }
-
-    /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
-    /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
-    /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
-    /// when the send buffer is full.
-    fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
-        let mut start = 0usize;
-        for p in self.bufs.parts.iter() {
-            let plen = match p {
-                Part::Own { len, .. } => *len,
-                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
-            };
-            let end = start + plen;
-            while self.sent < end {
-                let skip = self.sent - start;
-                let more = !self.last || end < self.len;
-                let r = match p {
-                    Part::Own { off, .. } => {
-                        sock.send(&[&self.bufs.own[off + skip..off + plen]], more)
-                    }
-                    Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
-                        *spliced += z;
-                        n
-                    }),
-                };
-                match r {
-                    Ok(0) => return Ok(false),
-                    Ok(n) => self.sent += n,
-                    Err(e) if e == EAGAIN => return Ok(false),
-                    Err(e) => return Err(e),
-                }
-            }
-            start = end;
-        }
-        Ok(self.sent >= self.len)
-    }
+/// The session's answer for the SQ head ([`Conn::admit_sqe`]).
+enum HeadAdmit {
+    /// Start it (an RDMA Read with its sink, which entered the ORQ).
+    Go(Option<ReadSink>),
+    /// Not now: resumed when a Read Response completes an outstanding Read.
+    Wait,
+    /// Complete it with this status; the QP fails.
+    Fail(WcStatus),
 }
 
 impl Conn {
@@ -244,51 +164,19 @@ impl Conn {
         let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
-        if f.zcopy {
-            let mut spliced = 0;
-            let r = f.push_spliced(sock, &mut spliced);
-            if spliced != 0 {
-                if let Some(qp) = g.qp.as_ref() {
-                    qp.device().count(Stat::TxSplicedOctets, spliced as u64);
-                }
-            }
-            if !r? {
-                return Ok(false);
-            }
-        } else {
-            let iov = core::mem::replace(&mut f.bufs.iov, IoVecBuf::new());
-            let mut io = IoList::new(iov, f.bufs.parts.len())?;
-            let mut r = Ok(true);
-            for p in f.bufs.parts.iter() {
-                r = match p {
-                    Part::Own { off, len } => io.push_bytes(&f.bufs.own[*off..*off + *len]),
-                    Part::Mem(k) => io.push_kva(*k),
-                }
-                .map(|()| true);
-                if r.is_err() {
-                    break;
-                }
-            }
-            let more = !f.last;
-            while r == Ok(true) && f.sent < f.len {
-                r = match io.send(sock, f.sent, more) {
-                    Ok(0) => Ok(false),
-                    Ok(n) => {
-                        f.sent += n;
-                        Ok(true)
-                    }
-                    Err(e) if e == EAGAIN => Ok(false),
-                    Err(e) => Err(e),
-                };
-            }
-            f.bufs.iov = io.into_buf();
-            if !r? {
-                return Ok(false);
+        let mut spliced = 0;
+        let r = f.push(sock, &mut spliced);
+        if spliced != 0 {
+            if let Some(qp) = g.qp.as_ref() {
+                qp.device().count(Stat::TxSplicedOctets, spliced as u64);
             }
         }
-        let (last, wire_len) = (f.last, f.len);
+        if !r? {
+            return Ok(false);
+        }
+        let (last, wire_len) = (f.last(), f.wire_len());
         if let Some(f) = g.fpdu.take() {
-            g.spare = f.bufs.recycle();
+            g.spare = f.recycle();
         }
         if let Some(qp) = g.qp.as_ref() {
             let dev = qp.device();
@@ -334,81 +222,78 @@ impl Conn {
         let Some(t) = this.rx.lock().session.poll_transmit(now) else {
             return false;
         };
-        let (msg, job) = match t {
-            Transmit::Terminate(t) => {
-                g.tx.abort();
-                if g.tx.start(Message::Terminate(t)).is_err() {
-                    // Not reached (a TERMINATE always fits); close without it.
-                    this.rx.lock().session.terminate_sent();
+        match t {
+            Transmit::Terminate(t) => Self::start_terminate(this, g, t),
+            Transmit::Rtr(t) => {
+                Self::start_message(this, g, rtr_message(t), JobKind::Rtr, Payload::None)
+            }
+            Transmit::ReadResponse(req) => Self::start_read_response(this, g, req),
+            Transmit::SendQueue => Self::next_sqe(this, g),
+        }
+    }
+
+    /// Starts our TERMINATE `t`, abandoning the message in progress.
+    fn start_terminate(this: &Conn, g: &mut Inner, t: Terminate) -> bool {
+        g.tx.abort();
+        if g.tx.start(Message::Terminate(t)).is_err() {
+            // Not reached (a TERMINATE always fits); close without it.
+            this.rx.lock().session.terminate_sent();
+            return true;
+        }
+        g.job = Some((JobKind::Terminate, Payload::None));
+        true
+    }
+
+    /// Starts the Read Response to `req`, its payload resolved again from the Data
+    /// Source (a region gone since the Request arrived makes the TERMINATE due).
+    /// Returns `false` if the QP is gone.
+    fn start_read_response(this: &Conn, g: &mut Inner, req: ReadRequest) -> bool {
+        let Some(qp) = g.qp.as_ref() else {
+            return false;
+        };
+        let payload = if req.size == 0 {
+            Payload::None
+        } else {
+            match resolve_range(
+                qp,
+                g.pd,
+                req.src_stag,
+                req.src_to,
+                req.size,
+                access_bits(Access::RemoteRead),
+            ) {
+                Ok(p) => p,
+                Err(_) => {
+                    // Checked when the Request arrived; the region went away since.
+                    this.fail_session(TermCause::rdmap(RdmapError::RemoteProtection(
+                        ProtectionError::InvalidStag,
+                    )));
                     return true;
                 }
-                g.job = Some((JobKind::Terminate, Payload::None));
-                return true;
             }
-            Transmit::Rtr(t) => {
-                // RFC 6581 §5: the Initiator's first FPDU is the zero-length RTR message
-                // (a Read RTR's sink is in the ORQ already). Its STags are not looked at
-                // by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
-                let rtr = match t {
-                    RtrType::Write => Message::Write {
-                        stag: 0,
-                        to: 0,
-                        len: 0,
-                    },
-                    RtrType::Read => Message::ReadRequest(ReadRequest {
-                        sink_stag: 0,
-                        sink_to: 0,
-                        size: 0,
-                        src_stag: 0,
-                        src_to: 0,
-                    }),
-                    RtrType::Send => Message::Send {
-                        solicited: false,
-                        invalidate: None,
-                        len: 0,
-                    },
-                };
-                (rtr, (JobKind::Rtr, Payload::None))
-            }
-            Transmit::ReadResponse(req) => {
-                let Some(qp) = g.qp.as_ref() else {
-                    return false;
-                };
-                let payload = if req.size == 0 {
-                    Payload::None
-                } else {
-                    match resolve_range(
-                        qp,
-                        g.pd,
-                        req.src_stag,
-                        req.src_to,
-                        req.size,
-                        access_bits(Access::RemoteRead),
-                    ) {
-                        Ok(p) => p,
-                        Err(_) => {
-                            // Checked when the Request arrived; the region went away since.
-                            this.fail_session(TermCause::rdmap(RdmapError::RemoteProtection(
-                                ProtectionError::InvalidStag,
-                            )));
-                            return true;
-                        }
-                    }
-                };
-                let resp = Message::ReadResponse {
-                    stag: req.sink_stag,
-                    to: req.sink_to,
-                    len: req.size,
-                };
-                (resp, (JobKind::ReadResponse, payload))
-            }
-            Transmit::SendQueue => return Self::next_sqe(this, g),
         };
+        let resp = Message::ReadResponse {
+            stag: req.sink_stag,
+            to: req.sink_to,
+            len: req.size,
+        };
+        Self::start_message(this, g, resp, JobKind::ReadResponse, payload)
+    }
+
+    /// Starts `msg` as the job `kind` with `payload`; a message the TX builder refuses
+    /// makes the TERMINATE due.
+    fn start_message(
+        this: &Conn,
+        g: &mut Inner,
+        msg: Message,
+        kind: JobKind,
+        payload: Payload,
+    ) -> bool {
         if g.tx.start(msg).is_err() {
             this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
             return true;
         }
-        g.job = Some(job);
+        g.job = Some((kind, payload));
         true
     }
 
@@ -458,48 +343,14 @@ impl Conn {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
-        let w = match Qp::next_sqe(qp.qp()) {
-            None => return false,
-            Some(Ok(w)) => w,
-            Some(Err(bad)) => {
-                let _ = Qp::fail_sqe(qp.qp(), &bad);
-                Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
-                return false;
-            }
+        let Some(w) = take_sqe(qp) else {
+            return false;
         };
-        let is_read = w.opcode.is_read();
-        let fail = |status: WcStatus| {
-            let _ = Qp::complete_sqe(qp.qp(), &w, status, 0);
-            Qp::enter_error(qp.qp(), None);
-            false
+        let read = match this.admit_sqe(g.pd, qp, &w) {
+            HeadAdmit::Go(read) => read,
+            HeadAdmit::Wait => return false,
+            HeadAdmit::Fail(status) => return complete_and_fail(qp, &w, status),
         };
-        // A Read's sink is checked before the session admits it: every ORQ entry has its
-        // Request sent.
-        let read = if is_read {
-            match read_sink(g.pd, qp, &w) {
-                Ok(s) => Some(s),
-                Err(status) => return fail(status),
-            }
-        } else {
-            None
-        };
-        let head = SqHead {
-            fenced: w.flags & READ_FENCE != 0,
-            read,
-        };
-        let admit = this.rx.lock().session.admit(&head);
-        match admit {
-            // Resumed when a Read Response completes an outstanding Read.
-            Admit::Wait => return false,
-            Admit::Refuse => {
-                pr_warn_ratelimited!(
-                    "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
-                    qp.qp().qpn()
-                );
-                return fail(WcStatus::LocQpOpErr);
-            }
-            Admit::Go => {}
-        }
         if matches!(w.opcode, WrOpcode::InvalStag | WrOpcode::RegMr) {
             // Local operations: executed in SQ order, nothing goes on the wire.
             return Self::local_op(g.pd, qp, &w);
@@ -532,7 +383,36 @@ impl Conn {
                 g.job = Some(job);
                 true
             }
-            Err(status) => fail(status),
+            Err(status) => complete_and_fail(qp, &w, status),
+        }
+    }
+
+    /// Asks the session to admit SQE `w`, the SQ head. A Read's sink is checked first:
+    /// every ORQ entry has its Request sent.
+    fn admit_sqe(&self, pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> HeadAdmit {
+        let read = if w.opcode.is_read() {
+            match read_sink(pd, qp, w) {
+                Ok(s) => Some(s),
+                Err(status) => return HeadAdmit::Fail(status),
+            }
+        } else {
+            None
+        };
+        let head = SqHead {
+            fenced: w.flags & READ_FENCE != 0,
+            read,
+        };
+        let admit = self.rx.lock().session.admit(&head);
+        match admit {
+            Admit::Wait => HeadAdmit::Wait,
+            Admit::Refuse => {
+                pr_warn_ratelimited!(
+                    "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
+                    qp.qp().qpn()
+                );
+                HeadAdmit::Fail(WcStatus::LocQpOpErr)
+            }
+            Admit::Go => HeadAdmit::Go(read),
         }
     }
 
@@ -545,63 +425,15 @@ impl Conn {
         w: &SendWqe,
     ) -> Result<(JobKind, Payload), WcStatus> {
         let payload = match w.inline_data() {
-            Some(d) => {
-                let mut buf = [0u8; MAX_INLINE as usize];
-                let s = d.as_slice();
-                buf[..s.len()].copy_from_slice(s);
-                Payload::Inline {
-                    buf,
-                    len: s.len(),
-                    off: 0,
-                }
-            }
-            None => {
-                let mut list = KVec::with_capacity(w.sges().len(), GFP_KERNEL)
-                    .map_err(|_| WcStatus::GeneralErr)?;
-                for s in w.sges() {
-                    if s.length == 0 {
-                        continue;
-                    }
-                    let mr = qp
-                        .device()
-                        .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
-                        .map_err(|_| WcStatus::LocProtErr)?;
-                    list.push(
-                        Piece {
-                            mr,
-                            to: s.laddr,
-                            len: s.length,
-                        },
-                        GFP_KERNEL,
-                    )
-                    .map_err(|_| WcStatus::GeneralErr)?;
-                }
-                Payload::Pieces {
-                    list,
-                    idx: 0,
-                    off: 0,
-                }
-            }
-        };
-        let len = match &payload {
-            Payload::None => 0,
-            Payload::Inline { len, .. } => *len as u32,
-            Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
-        };
-        let msg = match w.opcode {
-            WrOpcode::Write => Message::Write {
-                stag: w.rkey,
-                to: w.raddr,
-                len,
+            Some(d) => Payload::inline(d.as_slice()),
+            None => Payload::Pieces {
+                list: local_pieces(pd, qp, w)?,
+                idx: 0,
+                off: 0,
             },
-            WrOpcode::Send | WrOpcode::SendRemoteInv => Message::Send {
-                solicited: w.flags & SOLICITED != 0,
-                invalidate: (w.opcode == WrOpcode::SendRemoteInv).then_some(w.rkey),
-                len,
-            },
-            _ => return Err(WcStatus::LocQpOpErr),
         };
-        tx.start(msg).map_err(|_| WcStatus::LocQpOpErr)?;
+        tx.start(sqe_message(w, payload.total_len())?)
+            .map_err(|_| WcStatus::LocQpOpErr)?;
         Ok((JobKind::Sqe(*w), payload))
     }
 
@@ -610,33 +442,132 @@ impl Conn {
         let Some((kind, payload)) = g.job.as_mut() else {
             return Err(EINVAL);
         };
-        let zcopy = Fpdu::zero_copy(kind, payload);
+        let zcopy = zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
-        let mut bufs = core::mem::replace(&mut g.spare, FpduBufs::new());
-        bufs.own.reserve(128.min(cap), GFP_KERNEL)?;
-        let mut sink = FpduSink {
-            bufs,
-            payload,
-            err: None,
-        };
+        let bufs = core::mem::replace(&mut g.spare, FpduBufs::new());
+        let mut sink = FpduSink::new(bufs, payload, 128.min(cap))?;
         let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
-        if let Some(e) = sink.err {
-            return Err(e);
-        }
-        let bufs = sink.bufs;
+        let bufs = sink.finish()?;
         if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().session.read_response_sent();
         }
-        g.fpdu = Some(Fpdu {
-            bufs,
-            len: info.wire_len,
-            sent: 0,
-            last: info.last,
-            zcopy,
-        });
+        g.fpdu = Some(TxFpdu::new(bufs, info.wire_len, info.last, zcopy));
         Ok(())
     }
+}
+
+/// Whether the payload of the message `kind` sends goes to TCP by page reference (module
+/// parameter `zcopy_tx`): TCP then reads the memory when it (re)transmits, not when rsiw
+/// queues it. Allowed, as in the C siw, where no completion tells the consumer that the
+/// buffer is free again when the last octet is queued: a Read Response (the peer's Read
+/// completes only once the data arrived) and an unsignalled Send or Write, and only for
+/// payloads of at least a page (a smaller one costs less to copy than to splice).
+/// Signalled WRs and inline data are always copied.
+fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
+    if !crate::module_parameters::zcopy_tx.value() {
+        return false;
+    }
+    let Payload::Pieces { list, .. } = payload else {
+        return false;
+    };
+    let eligible = match kind {
+        JobKind::ReadResponse => true,
+        JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
+        _ => false,
+    };
+    let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
+    eligible && total >= kernel::page::PAGE_SIZE as u64
+}
+
+/// The zero-length RTR message of type `t` (RFC 6581 §5), the peer-to-peer Initiator's
+/// first FPDU (a Read RTR's sink is in the ORQ already). Its STags are not looked at by
+/// the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
+fn rtr_message(t: RtrType) -> Message {
+    match t {
+        RtrType::Write => Message::Write {
+            stag: 0,
+            to: 0,
+            len: 0,
+        },
+        RtrType::Read => Message::ReadRequest(ReadRequest {
+            sink_stag: 0,
+            sink_to: 0,
+            size: 0,
+            src_stag: 0,
+            src_to: 0,
+        }),
+        RtrType::Send => Message::Send {
+            solicited: false,
+            invalidate: None,
+            len: 0,
+        },
+    }
+}
+
+/// The message of SQE `w` (a Send variant or an RDMA Write) with `len` octets of payload;
+/// for another opcode the status to complete it with.
+fn sqe_message(w: &SendWqe, len: u32) -> Result<Message, WcStatus> {
+    match w.opcode {
+        WrOpcode::Write => Ok(Message::Write {
+            stag: w.rkey,
+            to: w.raddr,
+            len,
+        }),
+        WrOpcode::Send | WrOpcode::SendRemoteInv => Ok(Message::Send {
+            solicited: w.flags & SOLICITED != 0,
+            invalidate: (w.opcode == WrOpcode::SendRemoteInv).then_some(w.rkey),
+            len,
+        }),
+        _ => Err(WcStatus::LocQpOpErr),
+    }
+}
+
+/// Takes the SQ head of `qp`. A malformed one completes with an error and moves the QP to
+/// ERROR (`IB_EVENT_QP_REQ_ERR`).
+fn take_sqe(qp: &QpRef<Device>) -> Option<SendWqe> {
+    match Qp::next_sqe(qp.qp())? {
+        Ok(w) => Some(w),
+        Err(bad) => {
+            let _ = Qp::fail_sqe(qp.qp(), &bad);
+            Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
+            None
+        }
+    }
+}
+
+/// Completes SQE `w` with `status` and moves the QP to ERROR. Returns `false` (nothing
+/// was started).
+fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, status: WcStatus) -> bool {
+    let _ = Qp::complete_sqe(qp.qp(), w, status, 0);
+    Qp::enter_error(qp.qp(), None);
+    false
+}
+
+/// The local SGEs of SQE `w` with payload, resolved to their memory regions; otherwise
+/// the status to complete it with.
+fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Piece>, WcStatus> {
+    let mut list =
+        KVec::with_capacity(w.sges().len(), GFP_KERNEL).map_err(|_| WcStatus::GeneralErr)?;
+    for s in w.sges() {
+        if s.length == 0 {
+            continue;
+        }
+        let mr = qp
+            .device()
+            .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
+            .map_err(|_| WcStatus::LocProtErr)?;
+        list.push(
+            Piece {
+                mr,
+                to: s.laddr,
+                len: s.length,
+            },
+            GFP_KERNEL,
+        )
+        .map_err(|_| WcStatus::GeneralErr)?;
+    }
+    Ok(list)
 }
 
 /// The Data Sink of RDMA Read SQE `w`: a single local SGE (RFC 5040 §4.4) granting local
@@ -683,104 +614,4 @@ fn resolve_range(
         idx: 0,
         off: 0,
     })
-}
-
-/// Collects one FPDU as the TX builder writes it.
-struct FpduSink<'a> {
-    bufs: FpduBufs,
-    payload: &'a mut Payload,
-    err: Option<Error>,
-}
-
-impl FpduSink<'_> {
-    fn push_own(&mut self, data: &[u8]) -> Result {
-        let off = self.bufs.own.len();
-        self.bufs.own.extend_from_slice(data, GFP_KERNEL)?;
-        if let Some(Part::Own { len, .. }) = self.bufs.parts.last_mut() {
-            *len += data.len();
-            return Ok(());
-        }
-        self.bufs.parts.push(
-            Part::Own {
-                off,
-                len: data.len(),
-            },
-            GFP_KERNEL,
-        )?;
-        Ok(())
-    }
-
-    fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
-        match self.payload {
-            Payload::None => Err(EINVAL),
-            Payload::Inline {
-                buf,
-                len: total,
-                off,
-            } => {
-                let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
-                let data = buf[*off..end].to_owned_array();
-                *off = end;
-                if let Some(c) = crc {
-                    *c = crate::sys::crc32c(*c, &data.0[..data.1]);
-                }
-                self.push_own(&data.0[..data.1])
-            }
-            Payload::Pieces { list, idx, off } => {
-                while len > 0 {
-                    let p = list.get(*idx).ok_or(EINVAL)?;
-                    let seg = p.mr.resolve(p.to + u64::from(*off)).ok_or(EFAULT)?;
-                    let left = u64::from(p.len - *off);
-                    let n = seg.len().min(left).min(len as u64);
-                    let piece = seg.prefix(n);
-                    if let Some(c) = crc.as_deref_mut() {
-                        *c = crc32c_kva(*c, &piece);
-                    }
-                    self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
-                    if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
-                        self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
-                    }
-                    *off += n as u32;
-                    len -= n as usize;
-                    if *off == p.len {
-                        *idx += 1;
-                        *off = 0;
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// A copy of up to [`MAX_INLINE`] octets (inline payload moves through the FPDU's own
-/// buffer).
-trait ToOwnedArray {
-    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize);
-}
-
-impl ToOwnedArray for [u8] {
-    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize) {
-        let mut a = [0u8; MAX_INLINE as usize];
-        let n = self.len().min(a.len());
-        a[..n].copy_from_slice(&self[..n]);
-        (a, n)
-    }
-}
-
-impl TxSink for FpduSink<'_> {
-    fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
-        if let Some(c) = crc {
-            *c = crate::sys::crc32c(*c, data);
-        }
-        if let Err(e) = self.push_own(data) {
-            self.err.get_or_insert(e);
-        }
-    }
-
-    fn payload(&mut self, len: usize, crc: Option<&mut u32>) {
-        if let Err(e) = self.take_payload(len, crc) {
-            self.err.get_or_insert(e);
-        }
-    }
 }

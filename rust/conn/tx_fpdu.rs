@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One outgoing FPDU: what the protocol core's TX builder writes for it collected in its
+//! buffers ([`FpduSink`]: the octets the builder made, the payload as memory ranges), and
+//! handed to TCP ([`TxFpdu`]), copied or by page reference.
+
+use super::tx::Payload;
+use crate::engine::stream::TxSink;
+use crate::mem::MrRef;
+use crate::qp::MAX_INLINE;
+use crate::sys::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
+use crate::sys::socket::SockOps;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// One FPDU being handed to TCP: engine octets in `bufs.own`, payload as memory ranges.
+pub(super) struct TxFpdu {
+    bufs: FpduBufs,
+    len: usize,
+    sent: usize,
+    last: bool,
+    /// Payload pages go to TCP by reference (module parameter `zcopy_tx`), not copied.
+    zcopy: bool,
+}
+
+/// The buffers of one FPDU. A connection keeps those of the FPDU it sent last
+/// ([`super::Inner::spare`]) for the next, so that building and sending an FPDU allocates
+/// nothing once they have grown to the connection's usual FPDU shape.
+pub(super) struct FpduBufs {
+    /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC).
+    own: KVec<u8>,
+    /// The FPDU in stream order: pieces of `own` and payload ranges.
+    parts: KVec<Part>,
+    /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
+    hold: KVec<MrRef>,
+    /// Storage of the gather list the copying send builds.
+    iov: IoVecBuf,
+}
+
+impl FpduBufs {
+    /// Empty buffers (they allocate on first use).
+    pub(super) const fn new() -> Self {
+        Self {
+            own: KVec::new(),
+            parts: KVec::new(),
+            hold: KVec::new(),
+            iov: IoVecBuf::new(),
+        }
+    }
+
+    /// Empties the buffers, keeping their capacity; drops the region references.
+    fn recycle(mut self) -> Self {
+        self.own.clear();
+        self.parts.clear();
+        self.hold.clear();
+        self
+    }
+}
+
+enum Part {
+    Own { off: usize, len: usize },
+    Mem(Kva),
+}
+
+impl TxFpdu {
+    /// The FPDU collected in `bufs`, `len` octets on the wire, nothing of it sent yet;
+    /// `last` if it ends its message, `zcopy` if its payload pages go to TCP by reference.
+    pub(super) fn new(bufs: FpduBufs, len: usize, last: bool, zcopy: bool) -> Self {
+        Self {
+            bufs,
+            len,
+            sent: 0,
+            last,
+            zcopy,
+        }
+    }
+
+    /// Whether the FPDU ends its message.
+    pub(super) fn last(&self) -> bool {
+        self.last
+    }
+
+    /// The FPDU's length on the wire (octets).
+    pub(super) fn wire_len(&self) -> usize {
+        self.len
+    }
+
+    /// The FPDU's buffers, emptied for the next one.
+    pub(super) fn recycle(self) -> FpduBufs {
+        self.bufs.recycle()
+    }
+
+    /// Sends what is left of the FPDU, spliced or copied as it was built for; adds the
+    /// octets TCP took by reference to `spliced`. Returns `Ok(true)` once all of it is
+    /// queued, `Ok(false)` when the send buffer is full.
+    pub(super) fn push(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+        if self.zcopy {
+            self.push_spliced(sock, spliced)
+        } else {
+            self.push_copied(sock)
+        }
+    }
+
+    /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
+    /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
+    /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
+    /// when the send buffer is full.
+    fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+        let mut start = 0usize;
+        for p in self.bufs.parts.iter() {
+            let plen = match p {
+                Part::Own { len, .. } => *len,
+                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
+            };
+            let end = start + plen;
+            while self.sent < end {
+                let skip = self.sent - start;
+                let more = !self.last || end < self.len;
+                let r = match p {
+                    Part::Own { off, .. } => {
+                        sock.send(&[&self.bufs.own[off + skip..off + plen]], more)
+                    }
+                    Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
+                        *spliced += z;
+                        n
+                    }),
+                };
+                match r {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => self.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            start = end;
+        }
+        Ok(self.sent >= self.len)
+    }
+
+    /// Sends what is left of the FPDU as one gather list of its parts, all of them
+    /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
+    /// send buffer is full.
+    fn push_copied(&mut self, sock: &SockOps) -> Result<bool> {
+        let iov = core::mem::replace(&mut self.bufs.iov, IoVecBuf::new());
+        let mut io = IoList::new(iov, self.bufs.parts.len())?;
+        let mut r = Ok(true);
+        for p in self.bufs.parts.iter() {
+            r = match p {
+                Part::Own { off, len } => io.push_bytes(&self.bufs.own[*off..*off + *len]),
+                Part::Mem(k) => io.push_kva(*k),
+            }
+            .map(|()| true);
+            if r.is_err() {
+                break;
+            }
+        }
+        let more = !self.last;
+        while r == Ok(true) && self.sent < self.len {
+            r = match io.send(sock, self.sent, more) {
+                Ok(0) => Ok(false),
+                Ok(n) => {
+                    self.sent += n;
+                    Ok(true)
+                }
+                Err(e) if e == EAGAIN => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        self.bufs.iov = io.into_buf();
+        r
+    }
+}
+
+/// Collects one FPDU as the TX builder writes it.
+pub(super) struct FpduSink<'a> {
+    bufs: FpduBufs,
+    payload: &'a mut Payload,
+    err: Option<Error>,
+}
+
+impl<'a> FpduSink<'a> {
+    /// Collects into `bufs` (grown to hold `reserve` octets of its own at least) an FPDU
+    /// whose payload comes from `payload`.
+    pub(super) fn new(
+        mut bufs: FpduBufs,
+        payload: &'a mut Payload,
+        reserve: usize,
+    ) -> Result<Self> {
+        bufs.own.reserve(reserve, GFP_KERNEL)?;
+        Ok(Self {
+            bufs,
+            payload,
+            err: None,
+        })
+    }
+
+    /// The collected FPDU's buffers, or the first error collecting it met.
+    pub(super) fn finish(self) -> Result<FpduBufs> {
+        match self.err {
+            Some(e) => Err(e),
+            None => Ok(self.bufs),
+        }
+    }
+
+    fn push_own(&mut self, data: &[u8]) -> Result {
+        let off = self.bufs.own.len();
+        self.bufs.own.extend_from_slice(data, GFP_KERNEL)?;
+        if let Some(Part::Own { len, .. }) = self.bufs.parts.last_mut() {
+            *len += data.len();
+            return Ok(());
+        }
+        self.bufs.parts.push(
+            Part::Own {
+                off,
+                len: data.len(),
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(())
+    }
+
+    fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
+        match self.payload {
+            Payload::None => Err(EINVAL),
+            Payload::Inline {
+                buf,
+                len: total,
+                off,
+            } => {
+                let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
+                let data = buf[*off..end].to_owned_array();
+                *off = end;
+                if let Some(c) = crc {
+                    *c = crate::sys::crc32c(*c, &data.0[..data.1]);
+                }
+                self.push_own(&data.0[..data.1])
+            }
+            Payload::Pieces { list, idx, off } => {
+                while len > 0 {
+                    let p = list.get(*idx).ok_or(EINVAL)?;
+                    let seg = p.mr.resolve(p.to + u64::from(*off)).ok_or(EFAULT)?;
+                    let left = u64::from(p.len - *off);
+                    let n = seg.len().min(left).min(len as u64);
+                    let piece = seg.prefix(n);
+                    if let Some(c) = crc.as_deref_mut() {
+                        *c = crc32c_kva(*c, &piece);
+                    }
+                    self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                    if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
+                        self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                    }
+                    *off += n as u32;
+                    len -= n as usize;
+                    if *off == p.len {
+                        *idx += 1;
+                        *off = 0;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A copy of up to [`MAX_INLINE`] octets (inline payload moves through the FPDU's own
+/// buffer).
+trait ToOwnedArray {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize);
+}
+
+impl ToOwnedArray for [u8] {
+    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize) {
+        let mut a = [0u8; MAX_INLINE as usize];
+        let n = self.len().min(a.len());
+        a[..n].copy_from_slice(&self[..n]);
+        (a, n)
+    }
+}
+
+impl TxSink for FpduSink<'_> {
+    fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, data);
+        }
+        if let Err(e) = self.push_own(data) {
+            self.err.get_or_insert(e);
+        }
+    }
+
+    fn payload(&mut self, len: usize, crc: Option<&mut u32>) {
+        if let Err(e) = self.take_payload(len, crc) {
+            self.err.get_or_insert(e);
+        }
+    }
+}
