@@ -5,11 +5,14 @@
 //! doorbell.
 
 use super::state::State;
-use super::{invalid, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID};
+use super::{
+    invalid, Pos, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID,
+};
 use crate::abi::WrOpcode;
-use crate::cq::{Cq, Notify};
+use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
-use crate::sys::obj::IbQp;
+use crate::sys::obj::{IbCq, IbQp};
+use crate::sys::ring::{Ring, RingElem};
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use crate::sys::Pod;
 use kernel::prelude::*;
@@ -28,16 +31,23 @@ pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<b::siw_rqe> {
     let mut rqe = b::siw_rqe::zeroed();
     rqe.id = wr.wr_id();
     rqe.num_sge = n as u8;
+    copy_sges(&mut rqe.sge, wr.sges()).ok_or(EINVAL)?;
+    Ok(rqe)
+}
+
+/// Copies the SGEs of a kernel WR into the SGE array of a ring slot (as far as it
+/// reaches). Returns `None` if their lengths sum beyond 4 GiB.
+fn copy_sges(dst: &mut [b::siw_sge], src: &[b::ib_sge]) -> Option<()> {
     let mut total = 0u32;
-    for (d, s) in rqe.sge.iter_mut().zip(wr.sges()) {
-        total = total.checked_add(s.length).ok_or(EINVAL)?;
+    for (d, s) in dst.iter_mut().zip(src) {
+        total = total.checked_add(s.length)?;
         *d = b::siw_sge {
             laddr: s.addr,
             length: s.length,
             lkey: s.lkey,
         };
     }
-    Ok(rqe)
+    Some(())
 }
 
 /// Packs `data` (at most [`MAX_INLINE`] octets) into `sge[1..]` in memory order, as the
@@ -83,13 +93,7 @@ impl Qp {
         let mut sqe = b::siw_sqe::zeroed();
         sqe.id = wr.wr_id();
         let f = wr.send_flags();
-        let mut flags = 0u16;
-        if f & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 || self.sig_all {
-            flags |= SIGNALLED;
-        }
-        if f & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
-            flags |= READ_FENCE;
-        }
+        let mut flags = self.signal_fence_flags(f);
         let op = wr.opcode();
         let (opcode, may_inline) = match op {
             b::ib_wr_opcode_IB_WR_SEND => (WrOpcode::Send, true),
@@ -99,18 +103,7 @@ impl Qp {
             }
             b::ib_wr_opcode_IB_WR_RDMA_WRITE => (WrOpcode::Write, true),
             b::ib_wr_opcode_IB_WR_RDMA_READ | b::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => {
-                // An iWARP Read Request carries one sink STag (RFC 5040 §4.4).
-                if n != 1 {
-                    return Err(invalid(
-                        qpn,
-                        format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1"),
-                    ));
-                }
-                if op == b::ib_wr_opcode_IB_WR_RDMA_READ {
-                    (WrOpcode::Read, false)
-                } else {
-                    (WrOpcode::ReadLocalInv, false)
-                }
+                (read_opcode(qpn, op, n)?, false)
             }
             b::ib_wr_opcode_IB_WR_LOCAL_INV => {
                 sqe.rkey = wr.invalidate_rkey();
@@ -118,23 +111,7 @@ impl Qp {
                 sqe.opcode = WrOpcode::InvalStag.raw();
                 return Ok(sqe);
             }
-            b::ib_wr_opcode_IB_WR_REG_MR => {
-                let (lkey, key, access) = wr
-                    .reg()
-                    .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
-                if lkey >> 8 != key >> 8 {
-                    return Err(invalid(
-                        qpn,
-                        format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}"),
-                    ));
-                }
-                // The new STag in `rkey`, the rights in `access` (the union with the SGEs).
-                sqe.rkey = key;
-                sqe.__bindgen_anon_2.access = u64::from(access as u32);
-                sqe.flags = flags;
-                sqe.opcode = WrOpcode::RegMr.raw();
-                return Ok(sqe);
-            }
+            b::ib_wr_opcode_IB_WR_REG_MR => return reg_mr_sqe(qpn, wr, sqe, flags),
             _ => {
                 return Err(invalid(
                     qpn,
@@ -151,39 +128,31 @@ impl Qp {
         }
         let mut sges = [b::siw_sge::zeroed(); MAX_SGE as usize];
         if f & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 && may_inline {
-            let mut data = [0u8; MAX_INLINE as usize];
-            let len = wr.copy_inline(&mut data).map_err(|e| {
-                invalid(
-                    qpn,
-                    format_args!("inline data above {MAX_INLINE} octets ({})", e.to_errno()),
-                )
-            })?;
-            pack_inline(&mut sges, &data[..len]);
-            sges[0] = b::siw_sge {
-                laddr: 0,
-                length: len as u32,
-                lkey: 0,
-            };
+            let len = inline_sges(qpn, wr, &mut sges)?;
             sqe.num_sge = u8::from(len > 0);
             flags |= INLINE;
         } else {
-            let mut total = 0u32;
-            for (d, s) in sges.iter_mut().zip(wr.sges()) {
-                total = total
-                    .checked_add(s.length)
-                    .ok_or_else(|| invalid(qpn, format_args!("message longer than 4 GiB")))?;
-                *d = b::siw_sge {
-                    laddr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                };
-            }
+            copy_sges(&mut sges, wr.sges())
+                .ok_or_else(|| invalid(qpn, format_args!("message longer than 4 GiB")))?;
             sqe.num_sge = n as u8;
         }
         sqe.__bindgen_anon_2.sge = sges;
         sqe.opcode = opcode.raw();
         sqe.flags = flags;
         Ok(sqe)
+    }
+
+    /// The SQE flags the send flags `f` give WRs of every opcode: [`SIGNALLED`] (always
+    /// on a QP that signals all WRs) and [`READ_FENCE`].
+    fn signal_fence_flags(&self, f: u32) -> u16 {
+        let mut flags = 0u16;
+        if f & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 || self.sig_all {
+            flags |= SIGNALLED;
+        }
+        if f & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+            flags |= READ_FENCE;
+        }
+        flags
     }
 
     /// `post_send`. Kernel QPs: copies the WRs into the SQ in order (queued in INIT, RTR
@@ -200,85 +169,71 @@ impl Qp {
         qp: &IbQp<Qp>,
         wrs: WrList<'a, SendWr>,
     ) -> Result<(), PostError<'a, SendWr>> {
-        let qpn = qp.qpn();
         if qp.user {
-            if !wrs.is_empty() {
-                return Err(PostError::at(
-                    invalid(qpn, format_args!("user QPs post through the mapped SQ")),
-                    None,
-                ));
-            }
-            return match qp.state() {
-                State::Reset => Err(PostError::at(
-                    invalid(qpn, format_args!("post_send in RESET")),
-                    None,
-                )),
-                State::Error => {
-                    let n = Self::flush_sq_locked(qp, &mut qp.sq_pos.lock());
-                    n.deliver(&qp.scq);
-                    Ok(())
-                }
-                // In RTS the connection's TX path takes the new SQEs (the first ones in
-                // this syscall); in INIT and RTR they wait for it.
-                _ => {
-                    if let Some(c) = Self::conn(qp) {
-                        c.doorbell();
-                    }
-                    Ok(())
-                }
-            };
+            return Self::user_doorbell(qp, wrs);
         }
-        let mut notify = Notify::NONE;
-        let mut res = Ok(());
-        {
+        let qpn = qp.qpn();
+        let (notify, res) = {
             let mut pos = qp.sq_pos.lock();
             let state = qp.state();
-            for wr in wrs {
-                if state == State::Reset {
-                    res = Err(PostError::at(
-                        invalid(qpn, format_args!("post_send in RESET")),
-                        Some(wr),
-                    ));
-                    break;
-                }
-                let sqe = match qp.build_sqe(qpn, wr) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        res = Err(PostError::at(e, Some(wr)));
-                        break;
-                    }
+            post_each(wrs, |wr| {
+                let sqe = match state {
+                    State::Reset => Err(invalid(qpn, format_args!("post_send in RESET"))),
+                    _ => qp.build_sqe(qpn, wr),
                 };
-                if state == State::Error {
+                match sqe {
+                    Err(e) => (Notify::NONE, Err(e)),
                     // The SQ is empty in ERROR (entering it flushed), so this keeps order.
-                    match Cq::push(
-                        &qp.scq,
-                        &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode)),
-                    ) {
-                        Ok(n) => notify = notify.or(n),
-                        Err(o) => {
-                            notify = notify.or(o.into());
-                            res = Err(PostError::at(ENOMEM, Some(wr)));
-                            break;
-                        }
+                    Ok(sqe) if state == State::Error => {
+                        let opcode = super::wqe::flush_opcode(sqe.opcode);
+                        complete_flushed(&qp.scq, &Self::flush_cqe(qp, sqe.id, opcode))
                     }
-                    continue;
+                    Ok(sqe) => {
+                        let slot = b::siw_sqe { flags: 0, ..sqe };
+                        let r = publish(&qp.sq, &mut pos, &slot, sqe.flags | VALID);
+                        (Notify::NONE, r)
+                    }
                 }
-                let idx = pos.put;
-                if qp.sq.flags(idx) != 0 {
-                    res = Err(PostError::at(ENOMEM, Some(wr)));
-                    break;
-                }
-                let flags = sqe.flags | VALID;
-                qp.sq.write(idx, &b::siw_sqe { flags: 0, ..sqe });
-                qp.sq.set_flags(idx, flags);
-                pos.put = idx.wrapping_add(1);
-            }
-        }
+            })
+        };
         notify.deliver(&qp.scq);
         if let Some(c) = Self::conn(qp) {
             c.kick();
         }
         res
+    }
+
+    /// `post_send` of a user QP: the doorbell, with an empty WR list. In ERROR it flushes
+    /// what the user posted since; in RTS the connection's TX path takes the new SQEs (the
+    /// first ones in this syscall); in INIT and RTR they wait for it.
+    fn user_doorbell<'a>(
+        qp: &IbQp<Qp>,
+        wrs: WrList<'a, SendWr>,
+    ) -> Result<(), PostError<'a, SendWr>> {
+        let qpn = qp.qpn();
+        if !wrs.is_empty() {
+            return Err(PostError::at(
+                invalid(qpn, format_args!("user QPs post through the mapped SQ")),
+                None,
+            ));
+        }
+        match qp.state() {
+            State::Reset => Err(PostError::at(
+                invalid(qpn, format_args!("post_send in RESET")),
+                None,
+            )),
+            State::Error => {
+                let n = Self::flush_sq_locked(qp, &mut qp.sq_pos.lock());
+                n.deliver(&qp.scq);
+                Ok(())
+            }
+            _ => {
+                if let Some(c) = Self::conn(qp) {
+                    c.doorbell();
+                }
+                Ok(())
+            }
+        }
     }
 
     /// `post_recv` (kernel QPs with their own RQ): copies the WRs into the RQ in order
@@ -310,49 +265,136 @@ impl Qp {
                 first,
             ));
         };
-        let mut notify = Notify::NONE;
-        let mut res = Ok(());
-        {
+        let (notify, res) = {
             let mut pos = qp.rq_pos.lock();
             let state = qp.state();
-            for wr in wrs {
-                if state == State::Reset {
-                    res = Err(PostError::at(
-                        invalid(qpn, format_args!("post_recv in RESET")),
-                        Some(wr),
-                    ));
-                    break;
-                }
-                let rqe = match build_rqe(wr, qp.caps.recv_sge) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let e = invalid(qpn, format_args!("bad receive WR ({})", e.to_errno()));
-                        res = Err(PostError::at(e, Some(wr)));
-                        break;
-                    }
+            post_each(wrs, |wr| {
+                let rqe = match state {
+                    State::Reset => Err(invalid(qpn, format_args!("post_recv in RESET"))),
+                    _ => build_rqe(wr, qp.caps.recv_sge).map_err(|e| {
+                        invalid(qpn, format_args!("bad receive WR ({})", e.to_errno()))
+                    }),
                 };
-                if state == State::Error {
-                    match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive)) {
-                        Ok(n) => notify = notify.or(n),
-                        Err(o) => {
-                            notify = notify.or(o.into());
-                            res = Err(PostError::at(ENOMEM, Some(wr)));
-                            break;
-                        }
+                match rqe {
+                    Err(e) => (Notify::NONE, Err(e)),
+                    Ok(rqe) if state == State::Error => {
+                        complete_flushed(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive))
                     }
-                    continue;
+                    Ok(rqe) => (Notify::NONE, publish(ring, &mut pos, &rqe, VALID)),
                 }
-                let idx = pos.put;
-                if ring.flags(idx) != 0 {
-                    res = Err(PostError::at(ENOMEM, Some(wr)));
-                    break;
-                }
-                ring.write(idx, &rqe);
-                ring.set_flags(idx, VALID);
-                pos.put = idx.wrapping_add(1);
-            }
-        }
+            })
+        };
         notify.deliver(&qp.rcq);
         res
     }
+}
+
+/// The opcode of an RDMA READ WR (`op`, with `n` SGEs).
+///
+/// # Errors
+///
+/// `EINVAL` unless it has exactly one SGE: an iWARP Read Request carries one sink STag
+/// (RFC 5040 §4.4).
+fn read_opcode(qpn: u32, op: b::ib_wr_opcode, n: u32) -> Result<WrOpcode> {
+    if n != 1 {
+        return Err(invalid(
+            qpn,
+            format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1"),
+        ));
+    }
+    if op == b::ib_wr_opcode_IB_WR_RDMA_READ {
+        Ok(WrOpcode::Read)
+    } else {
+        Ok(WrOpcode::ReadLocalInv)
+    }
+}
+
+/// Completes `sqe` (with its ID and `flags`) as the SQE of REG_MR WR `wr`: the new STag in
+/// `rkey`, the rights in `access` (the union with the SGEs).
+///
+/// # Errors
+///
+/// `EINVAL` for a REG_MR without an MR or with a key that names another MR.
+fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: b::siw_sqe, flags: u16) -> Result<b::siw_sqe> {
+    let (lkey, key, access) = wr
+        .reg()
+        .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
+    if lkey >> 8 != key >> 8 {
+        return Err(invalid(
+            qpn,
+            format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}"),
+        ));
+    }
+    sqe.rkey = key;
+    sqe.__bindgen_anon_2.access = u64::from(access as u32);
+    sqe.flags = flags;
+    sqe.opcode = WrOpcode::RegMr.raw();
+    Ok(sqe)
+}
+
+/// Packs the inline data of WR `wr` into `sges` as the siw ABI has it (the length in
+/// `sges[0]`, the data in `sges[1..]`). Returns the length.
+///
+/// # Errors
+///
+/// `EINVAL` for inline data beyond [`MAX_INLINE`] octets.
+fn inline_sges(qpn: u32, wr: &SendWr, sges: &mut [b::siw_sge; MAX_SGE as usize]) -> Result<usize> {
+    let mut data = [0u8; MAX_INLINE as usize];
+    let len = wr.copy_inline(&mut data).map_err(|e| {
+        invalid(
+            qpn,
+            format_args!("inline data above {MAX_INLINE} octets ({})", e.to_errno()),
+        )
+    })?;
+    pack_inline(sges, &data[..len]);
+    sges[0] = b::siw_sge {
+        laddr: 0,
+        length: len as u32,
+        lkey: 0,
+    };
+    Ok(len)
+}
+
+/// Publishes `wqe` (its flags zero) in the slot at `pos.put` of `ring` with `flags`
+/// (including [`VALID`]).
+///
+/// # Errors
+///
+/// `ENOMEM` if the ring is full (that slot is still taken).
+fn publish<E: RingElem>(ring: &Ring<E>, pos: &mut Pos, wqe: &E, flags: u16) -> Result {
+    let idx = pos.put;
+    if ring.flags(idx) != 0 {
+        return Err(ENOMEM);
+    }
+    ring.write(idx, wqe);
+    ring.set_flags(idx, flags);
+    pos.put = idx.wrapping_add(1);
+    Ok(())
+}
+
+/// Completes a WR posted in ERROR at once into `cq` (`cqe`, a flush error). Returns the
+/// notification due, and `ENOMEM` if the CQ is full.
+fn complete_flushed(cq: &IbCq<Cq>, cqe: &Cqe) -> (Notify, Result) {
+    match Cq::push(cq, cqe) {
+        Ok(n) => (n, Ok(())),
+        Err(o) => (o.into(), Err(ENOMEM)),
+    }
+}
+
+/// Posts `wrs` in order with `post`, which returns the notification it made due and
+/// whether it posted the WR, until one is not posted: that is the bad WR. Returns the
+/// notifications due (deliver them with no QP lock held) and the result.
+fn post_each<'a, W>(
+    wrs: impl Iterator<Item = &'a W>,
+    mut post: impl FnMut(&'a W) -> (Notify, Result),
+) -> (Notify, Result<(), PostError<'a, W>>) {
+    let mut notify = Notify::NONE;
+    for wr in wrs {
+        let (n, r) = post(wr);
+        notify = notify.or(n);
+        if let Err(e) = r {
+            return (notify, Err(PostError::at(e, Some(wr))));
+        }
+    }
+    (notify, Ok(()))
 }
