@@ -103,190 +103,97 @@ fn invalid(qpn: u32, what: core::fmt::Arguments<'_>) -> Error {
     EINVAL
 }
 
-impl Qp {
-    /// `create_qp`: validates the consumer's attributes in `init` (RC only, caps within
-    /// [`MAX_QP_WR`], [`MAX_SGE`], [`MAX_INLINE`]), allocates the SQ and, without SRQ, the
-    /// RQ (mapped for a user caller, who gets the siw `create_qp` response through `udata`)
-    /// and writes the granted depths back into `init.attr.cap`. Returns the QP data's
-    /// initialiser; the QP starts in RESET.
-    ///
-    /// # Errors
-    ///
-    /// `EOPNOTSUPP` for non-RC types and create flags; `EINVAL` for caps beyond the limits
-    /// or a user QP without RQ and SRQ; `ENOMEM` at the `max_qp` limit or without memory;
-    /// `EFAULT` if the response cannot be copied.
-    pub(crate) fn create(
-        dev: &IbDevice<Device>,
-        init: QpInit<'_, Device>,
-        udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self, Error>> {
-        let QpInit {
-            attr,
+/// The SQ and, without SRQ, the RQ of a QP.
+type Rings = (Ring<b::siw_sqe>, Option<Ring<b::siw_rqe>>);
+
+/// Checks the capabilities `cap` asked for QP `qpn` against [`MAX_QP_WR`], [`MAX_SGE`]
+/// and [`MAX_INLINE`]. The RQ depth counts only without SRQ (`srq` false); a user QP
+/// (`user`) without SRQ needs an RQ.
+///
+/// # Errors
+///
+/// `EINVAL` for caps beyond the limits or a user QP without RQ and SRQ.
+fn check_caps(qpn: u32, cap: &QpCap, srq: bool, user: bool) -> Result {
+    if cap.max_send_wr == 0 || cap.max_send_wr > MAX_QP_WR {
+        return Err(invalid(
             qpn,
-            pd,
-            send_cq,
-            recv_cq,
-            srq,
-        } = init;
-        let user = udata.is_some();
-        if attr.create_flags != 0 {
-            pr_err_ratelimited!(
-                "create_qp: create_flags {:#x} are not supported\n",
-                attr.create_flags
-            );
-            return Err(EOPNOTSUPP);
-        }
-        if attr.qp_type != b::ib_qp_type_IB_QPT_RC {
-            pr_err_ratelimited!(
-                "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
-                attr.qp_type
-            );
-            return Err(EOPNOTSUPP);
-        }
-        let cap = attr.cap;
-        if cap.max_send_wr == 0 || cap.max_send_wr > MAX_QP_WR {
-            return Err(invalid(
-                qpn,
-                format_args!("max_send_wr {} outside 1..={MAX_QP_WR}", cap.max_send_wr),
-            ));
-        }
-        if srq.is_none() && cap.max_recv_wr > MAX_QP_WR {
-            return Err(invalid(
-                qpn,
-                format_args!("max_recv_wr {} above {MAX_QP_WR}", cap.max_recv_wr),
-            ));
-        }
-        if srq.is_none() && user && cap.max_recv_wr == 0 {
-            return Err(invalid(
-                qpn,
-                format_args!("a user QP without SRQ needs max_recv_wr >= 1"),
-            ));
-        }
-        if cap.max_send_sge > MAX_SGE || cap.max_recv_sge > MAX_SGE {
-            return Err(invalid(
-                qpn,
-                format_args!(
-                    "max_send_sge {} / max_recv_sge {} above {MAX_SGE}",
-                    cap.max_send_sge, cap.max_recv_sge
-                ),
-            ));
-        }
-        if cap.max_inline_data > MAX_INLINE {
-            return Err(invalid(
-                qpn,
-                format_args!("max_inline_data {} above {MAX_INLINE}", cap.max_inline_data),
-            ));
-        }
-        let sig_all = match attr.sq_sig_type {
-            b::ib_sig_type_IB_SIGNAL_ALL_WR => true,
-            b::ib_sig_type_IB_SIGNAL_REQ_WR => false,
-            t => return Err(invalid(qpn, format_args!("sq_sig_type {t} unknown"))),
-        };
-        let slot = dev.counts.take(Object::Qp)?;
-        let num_sqe = cap.max_send_wr.next_power_of_two();
-        let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {
-            0
-        } else {
-            cap.max_recv_wr.next_power_of_two()
-        };
-        let (sq, rq) = match udata {
-            Some(u) => {
-                let (sq, sq_key) = Ring::new_user(u, num_sqe, false)?;
-                let (rq, rq_key) = if num_rqe > 0 {
-                    let (r, k) = Ring::new_user(u, num_rqe, false)?;
-                    (Some(r), k)
-                } else {
-                    // Not mapped (SRQ): the siw library does not map an RQ then, and it
-                    // rejects SIW_INVAL_UOBJ_KEY even for QPs with an SRQ.
-                    (None, 0)
-                };
-                let resp = b::siw_uresp_create_qp {
-                    qp_id: qpn,
-                    num_sqe,
-                    num_rqe,
-                    pad: 0,
-                    sq_key,
-                    rq_key,
-                };
-                u.write(&resp)?;
-                (sq, rq)
-            }
-            None => {
-                let sq = Ring::new_kernel(num_sqe, false)?;
-                let rq = if num_rqe > 0 {
-                    Some(Ring::new_kernel(num_rqe, false)?)
-                } else {
-                    None
-                };
-                (sq, rq)
-            }
-        };
-        attr.cap.max_send_wr = num_sqe;
-        attr.cap.max_recv_wr = num_rqe;
-        let caps = Caps {
-            send_sge: cap.max_send_sge,
-            recv_sge: cap.max_recv_sge,
-            inline: cap.max_inline_data,
-        };
-        slot.keep();
-        Ok(try_pin_init!(Self {
-            user,
-            pd,
-            sig_all,
-            caps,
-            sq,
-            rq,
-            srq,
-            scq: send_cq,
-            rcq: recv_cq,
-            sq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_sq"),
-            rq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_rq"),
-            state: AtomicU8::new(State::Reset as u8),
-            attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
-            destroying: AtomicBool::new(false),
-            conn <- new_spinlock_irq!(None, "rsiw_qp_conn"),
-        }? Error))
+            format_args!("max_send_wr {} outside 1..={MAX_QP_WR}", cap.max_send_wr),
+        ));
     }
-
-    /// `destroy_qp`: flushes what is still posted into the CQs (which outlive the QP),
-    /// without asynchronous events, and gives back the `max_qp` unit.
-    pub(crate) fn destroy(dev: &IbDevice<Device>, qp: &IbQp<Qp>) {
-        qp.destroying.store(true, Ordering::Release);
-        // Closing drops the connection's QP reference, which destroy then waits for.
-        let conn = qp.conn.lock().take();
-        if let Some(c) = conn {
-            c.close();
-        }
-        {
-            let _attrs = qp.attrs.lock();
-            Self::enter_any(qp, State::Error);
-        }
-        dev.counts.give_back(Object::Qp);
+    if !srq && cap.max_recv_wr > MAX_QP_WR {
+        return Err(invalid(
+            qpn,
+            format_args!("max_recv_wr {} above {MAX_QP_WR}", cap.max_recv_wr),
+        ));
     }
-
-    /// `query_qp`: the state, the granted capabilities, the signalling type, the access
-    /// flags, the netdev's MTU and the connection's IRD and ORD.
-    pub(crate) fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {
-        let access = qp.attrs.lock().access;
-        // RDMA Read depths of the connection (none while not connected).
-        let (ird, ord) = Self::conn(qp).map_or((0, 0), |c| c.ird_ord());
-        QpAttrs {
-            state: qp.state().to_verbs(),
-            cap: QpCap {
-                max_send_wr: qp.sq.size(),
-                max_recv_wr: qp.rq.as_ref().map_or(0, |r| r.size()),
-                max_send_sge: qp.caps.send_sge,
-                max_recv_sge: qp.caps.recv_sge,
-                max_inline_data: qp.caps.inline,
-            },
-            sig_all: qp.sig_all,
-            access,
-            mtu: dev.netdev().map(|n| n.mtu()),
-            ird: u8::try_from(ird).unwrap_or(u8::MAX),
-            ord: u8::try_from(ord).unwrap_or(u8::MAX),
-        }
+    if !srq && user && cap.max_recv_wr == 0 {
+        return Err(invalid(
+            qpn,
+            format_args!("a user QP without SRQ needs max_recv_wr >= 1"),
+        ));
     }
+    if cap.max_send_sge > MAX_SGE || cap.max_recv_sge > MAX_SGE {
+        return Err(invalid(
+            qpn,
+            format_args!(
+                "max_send_sge {} / max_recv_sge {} above {MAX_SGE}",
+                cap.max_send_sge, cap.max_recv_sge
+            ),
+        ));
+    }
+    if cap.max_inline_data > MAX_INLINE {
+        return Err(invalid(
+            qpn,
+            format_args!("max_inline_data {} above {MAX_INLINE}", cap.max_inline_data),
+        ));
+    }
+    Ok(())
+}
 
+/// Allocates the rings of user QP `qpn` (`num_rqe` zero: no RQ) for mapping, and writes
+/// the siw `create_qp` response with their keys to `u`.
+///
+/// # Errors
+///
+/// `ENOMEM`; `EFAULT` if the response cannot be copied.
+fn user_rings(u: &mut UserResponse<'_>, qpn: u32, num_sqe: u32, num_rqe: u32) -> Result<Rings> {
+    let (sq, sq_key) = Ring::new_user(u, num_sqe, false)?;
+    let (rq, rq_key) = if num_rqe > 0 {
+        let (r, k) = Ring::new_user(u, num_rqe, false)?;
+        (Some(r), k)
+    } else {
+        // Not mapped (SRQ): the siw library does not map an RQ then, and it rejects
+        // SIW_INVAL_UOBJ_KEY even for QPs with an SRQ.
+        (None, 0)
+    };
+    let resp = b::siw_uresp_create_qp {
+        qp_id: qpn,
+        num_sqe,
+        num_rqe,
+        pad: 0,
+        sq_key,
+        rq_key,
+    };
+    u.write(&resp)?;
+    Ok((sq, rq))
+}
+
+/// Allocates the rings of a kernel QP (`num_rqe` zero: no RQ).
+///
+/// # Errors
+///
+/// `ENOMEM`.
+fn kernel_rings(num_sqe: u32, num_rqe: u32) -> Result<Rings> {
+    let sq = Ring::new_kernel(num_sqe, false)?;
+    let rq = if num_rqe > 0 {
+        Some(Ring::new_kernel(num_rqe, false)?)
+    } else {
+        None
+    };
+    Ok((sq, rq))
+}
+
+impl Qp {
     /// The protection domain the QP belongs to: STags used on it must belong to the same
     /// one ([`Device::lookup_stag`]).
     pub(crate) fn pd(&self) -> PdId {
@@ -325,31 +232,125 @@ impl Qp {
 }
 
 impl QpOps<Device> for Qp {
+    /// `create_qp`: validates the consumer's attributes in `init` (RC only, caps within
+    /// [`MAX_QP_WR`], [`MAX_SGE`], [`MAX_INLINE`]), allocates the SQ and, without SRQ, the
+    /// RQ (mapped for a user caller, who gets the siw `create_qp` response through `udata`)
+    /// and writes the granted depths back into `init.attr.cap`. Returns the QP data's
+    /// initialiser; the QP starts in RESET.
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` for non-RC types and create flags; `EINVAL` for caps beyond the limits
+    /// or a user QP without RQ and SRQ; `ENOMEM` at the `max_qp` limit or without memory;
+    /// `EFAULT` if the response cannot be copied.
     fn create(
         dev: &IbDevice<Device>,
-        init: QpInit<'_, Device>,
+        init: QpInit<Device>,
         udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self, Error>> {
-        Qp::create(dev, init, udata)
+    ) -> Result<(QpCap, impl PinInit<Self, Error>)> {
+        let QpInit {
+            cap,
+            sig_all,
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        } = init;
+        let user = udata.is_some();
+        check_caps(qpn, &cap, srq.is_some(), user)?;
+        let slot = dev.counts.take(Object::Qp)?;
+        let num_sqe = cap.max_send_wr.next_power_of_two();
+        let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {
+            0
+        } else {
+            cap.max_recv_wr.next_power_of_two()
+        };
+        let (sq, rq) = match udata {
+            Some(u) => user_rings(u, qpn, num_sqe, num_rqe)?,
+            None => kernel_rings(num_sqe, num_rqe)?,
+        };
+        let granted = QpCap {
+            max_send_wr: num_sqe,
+            max_recv_wr: num_rqe,
+            ..cap
+        };
+        let caps = Caps {
+            send_sge: cap.max_send_sge,
+            recv_sge: cap.max_recv_sge,
+            inline: cap.max_inline_data,
+        };
+        slot.keep();
+        Ok((
+            granted,
+            try_pin_init!(Self {
+            user,
+            pd,
+            sig_all,
+            caps,
+            sq,
+            rq,
+            srq,
+            scq: send_cq,
+            rcq: recv_cq,
+            sq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_sq"),
+            rq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_rq"),
+            state: AtomicU8::new(State::Reset as u8),
+            attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
+            destroying: AtomicBool::new(false),
+            conn <- new_spinlock_irq!(None, "rsiw_qp_conn"),
+        }? Error),
+        ))
     }
 
+    /// `destroy_qp`: flushes what is still posted into the CQs (which outlive the QP),
+    /// without asynchronous events, and gives back the `max_qp` unit.
     fn destroy(dev: &IbDevice<Device>, qp: &IbQp<Qp>) {
-        Qp::destroy(dev, qp);
+        qp.destroying.store(true, Ordering::Release);
+        // Closing drops the connection's QP reference, which destroy then waits for.
+        let conn = qp.conn.lock().take();
+        if let Some(c) = conn {
+            c.close();
+        }
+        {
+            let _attrs = qp.attrs.lock();
+            Self::enter_any(qp, State::Error);
+        }
+        dev.counts.give_back(Object::Qp);
+    }
+
+    /// `query_qp`: the state, the granted capabilities, the signalling type, the access
+    /// flags, the netdev's MTU and the connection's IRD and ORD.
+    fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {
+        let access = qp.attrs.lock().access;
+        // RDMA Read depths of the connection (none while not connected).
+        let (ird, ord) = Self::conn(qp).map_or((0, 0), |c| c.ird_ord());
+        QpAttrs {
+            state: qp.state().to_verbs(),
+            cap: QpCap {
+                max_send_wr: qp.sq.size(),
+                max_recv_wr: qp.rq.as_ref().map_or(0, |r| r.size()),
+                max_send_sge: qp.caps.send_sge,
+                max_recv_sge: qp.caps.recv_sge,
+                max_inline_data: qp.caps.inline,
+            },
+            sig_all: qp.sig_all,
+            access,
+            mtu: dev.netdev().map(|n| n.mtu()),
+            ird: u8::try_from(ird).unwrap_or(u8::MAX),
+            ord: u8::try_from(ord).unwrap_or(u8::MAX),
+        }
     }
 
     fn modify(qp: &IbQp<Qp>, change: &QpModify) -> Result {
-        Qp::modify(qp, change)
-    }
-
-    fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {
-        Qp::query(dev, qp)
+        Qp::modify_attrs(qp, change)
     }
 
     fn post_send<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, SendWr>) -> Result<(), PostError<'a, SendWr>> {
-        Qp::post_send(qp, wrs)
+        Qp::post_send_list(qp, wrs)
     }
 
     fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
-        Qp::post_recv(qp, wrs)
+        Qp::post_recv_list(qp, wrs)
     }
 }

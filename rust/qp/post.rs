@@ -165,7 +165,7 @@ impl Qp {
     /// With the first WR not posted: `EINVAL` in RESET, for a malformed WR (see
     /// [`Qp::build_sqe`]) or for WRs on a user QP;
     /// `ENOMEM` if the SQ (or, in ERROR, the CQ) is full.
-    pub(crate) fn post_send<'a>(
+    pub(super) fn post_send_list<'a>(
         qp: &IbQp<Qp>,
         wrs: WrList<'a, SendWr>,
     ) -> Result<(), PostError<'a, SendWr>> {
@@ -244,7 +244,7 @@ impl Qp {
     /// With the first WR not posted: `EINVAL` for user QPs (they post through the mapped
     /// RQ), QPs with an SRQ or without RQ, RESET, and malformed WRs; `ENOMEM` if the RQ
     /// (or, in ERROR, the CQ) is full.
-    pub(crate) fn post_recv<'a>(
+    pub(super) fn post_recv_list<'a>(
         qp: &IbQp<Qp>,
         wrs: WrList<'a, RecvWr>,
     ) -> Result<(), PostError<'a, RecvWr>> {

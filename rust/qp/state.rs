@@ -8,7 +8,7 @@
 //! enters it ([`Qp::enter_rts`]); `modify_qp` to RTS is accepted only from RTS. Work
 //! requests may be posted in INIT and RTR (iWARP "Idle": posted, not processed).
 //!
-//! Any state → ERROR ([`Qp::modify`], [`Qp::enter_error`], destroy) flushes: every posted
+//! Any state → ERROR (`modify_qp`, [`Qp::enter_error`], destroy) flushes: every posted
 //! SQE and RQE completes with `SIW_WC_WR_FLUSH_ERR` in posting order, signalled or not (the
 //! verbs always report a WR that completes in error), and its slot is released. A QP with
 //! an SRQ leaves the SRQ's WQEs alone and reports `IB_EVENT_QP_LAST_WQE_REACHED`.
@@ -267,7 +267,7 @@ impl Qp {
     /// `EINVAL` for a state that cannot be requested, a transition the table refuses (RTS
     /// from anything but RTS) or a wrong current state. Every error logs its cause
     /// (rate-limited).
-    pub(crate) fn modify(qp: &IbQp<Qp>, change: &QpModify) -> Result {
+    pub(super) fn modify_attrs(qp: &IbQp<Qp>, change: &QpModify) -> Result {
         let qpn = qp.qpn();
         if change.state == Some(QpState::Sqd) {
             // iw_cm's graceful disconnect (RFC 5040 §6.2.1: the stream closes, the QP

@@ -104,10 +104,13 @@ pub(crate) enum CqNotify {
     NextComp,
 }
 
-/// What `create_qp` gets besides the user data.
-pub(crate) struct QpInit<'a, D: DeviceOps> {
-    /// The consumer's attributes; `cap` is written back with the granted sizes.
-    pub(crate) attr: &'a mut bindings::ib_qp_init_attr,
+/// What `create_qp` of an RC QP gets besides the user data (the trampoline refuses other
+/// QP types and create flags).
+pub(crate) struct QpInit<D: DeviceOps> {
+    /// The queue sizes the consumer asks for.
+    pub(crate) cap: QpCap,
+    /// Whether every send WR completes signalled (`IB_SIGNAL_ALL_WR`).
+    pub(crate) sig_all: bool,
     /// The QP number already assigned (`ib_qp::qp_num`).
     pub(crate) qpn: u32,
     /// The QP's protection domain.
@@ -211,14 +214,14 @@ pub(crate) struct QpAttrs {
 
 /// The verbs of a queue pair, implemented by its driver data.
 pub(crate) trait QpOps<D: DeviceOps>: Sized + Send + Sync {
-    /// `create_qp`: validates, allocates and answers a user caller; returns the QP data's
-    /// initialiser. The QP number is assigned already; the QP becomes visible to
-    /// `iw_get_qp` after the data is initialised.
+    /// `create_qp`: validates, allocates and answers a user caller; returns the granted
+    /// queue sizes and the QP data's initialiser. The QP number is assigned already; the
+    /// QP becomes visible to `iw_get_qp` after the data is initialised.
     fn create(
         dev: &IbDevice<D>,
-        init: QpInit<'_, D>,
+        init: QpInit<D>,
         udata: Option<&mut UserResponse<'_>>,
-    ) -> Result<impl PinInit<Self, Error>>;
+    ) -> Result<(QpCap, impl PinInit<Self, Error>)>;
     /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy
     /// waits for all `iw_add_ref` references to go, then the data is dropped.
     fn destroy(dev: &IbDevice<D>, qp: &IbQp<Self>);

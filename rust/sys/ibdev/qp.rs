@@ -5,7 +5,7 @@
 //! in `create_qp_c`, which also enters the QP into the device's QP-number table, and
 //! dropped in `destroy_qp_c` once every `iw_add_ref` reference is gone.
 
-use super::{errno, DeviceOps, IbDevice, QpInit, QpModify, QpOps, QpState};
+use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState};
 use crate::sys::bindings;
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::pr_err_ratelimited;
@@ -13,6 +13,34 @@ use crate::sys::udata::user;
 use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
+
+/// Checks that `attr` asks for a QP an iWARP device has: RC, without create flags (else
+/// `None`, logged). Returns whether every send WR is signalled, or `None` (logged) for an
+/// unknown `sq_sig_type`.
+fn check_rc(attr: &bindings::ib_qp_init_attr) -> Option<Option<bool>> {
+    if attr.create_flags != 0 {
+        pr_err_ratelimited!(
+            "create_qp: create_flags {:#x} are not supported\n",
+            attr.create_flags
+        );
+        return None;
+    }
+    if attr.qp_type != bindings::ib_qp_type_IB_QPT_RC {
+        pr_err_ratelimited!(
+            "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+            attr.qp_type
+        );
+        return None;
+    }
+    Some(match attr.sq_sig_type {
+        bindings::ib_sig_type_IB_SIGNAL_ALL_WR => Some(true),
+        bindings::ib_sig_type_IB_SIGNAL_REQ_WR => Some(false),
+        t => {
+            pr_err_ratelimited!("create_qp: sq_sig_type {t} unknown\n");
+            None
+        }
+    })
+}
 
 /// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
 const STANDARD_BITS: u32 = (1 << 21) - 1;
@@ -34,6 +62,12 @@ impl<T: DeviceOps> IbDevice<T> {
             // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
             // device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
+        let Some(sig_all) = check_rc(attr) else {
+            return EOPNOTSUPP.to_errno();
+        };
+        let Some(sig_all) = sig_all else {
+            return EINVAL.to_errno();
+        };
         // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
         // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
         let (send_cq, recv_cq, srq) = unsafe {
@@ -57,7 +91,14 @@ impl<T: DeviceOps> IbDevice<T> {
             PdId::of((*qp).pd)
         };
         let init = QpInit {
-            attr,
+            cap: QpCap {
+                max_send_wr: attr.cap.max_send_wr,
+                max_recv_wr: attr.cap.max_recv_wr,
+                max_send_sge: attr.cap.max_send_sge,
+                max_recv_sge: attr.cap.max_recv_sge,
+                max_inline_data: attr.cap.max_inline_data,
+            },
+            sig_all,
             qpn,
             pd,
             send_cq,
@@ -65,7 +106,14 @@ impl<T: DeviceOps> IbDevice<T> {
             srq,
         };
         let data = match T::Qp::create(dev, init, udata.as_mut()) {
-            Ok(d) => d,
+            Ok((cap, d)) => {
+                attr.cap.max_send_wr = cap.max_send_wr;
+                attr.cap.max_recv_wr = cap.max_recv_wr;
+                attr.cap.max_send_sge = cap.max_send_sge;
+                attr.cap.max_recv_sge = cap.max_recv_sge;
+                attr.cap.max_inline_data = cap.max_inline_data;
+                d
+            }
             Err(e) => {
                 dev.qps.remove(qpn);
                 return e.to_errno();
