@@ -42,6 +42,32 @@ fn check_rc(attr: &bindings::ib_qp_init_attr) -> Option<Option<bool>> {
     })
 }
 
+impl QpCap {
+    /// The sizes of the core's `cap` (`max_rdma_ctxs` is the core's own business).
+    fn from_raw(cap: &bindings::ib_qp_cap) -> Self {
+        Self {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: cap.max_recv_wr,
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: cap.max_recv_sge,
+            max_inline_data: cap.max_inline_data,
+        }
+    }
+
+    /// The core's `ib_qp_cap` of these sizes, with the core's own `max_rdma_ctxs` (the
+    /// rdma_rw contexts it sizes MR pools by, which a provider passes on unchanged).
+    fn to_raw(self, max_rdma_ctxs: u32) -> bindings::ib_qp_cap {
+        bindings::ib_qp_cap {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: self.max_recv_wr,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline_data: self.max_inline_data,
+            max_rdma_ctxs,
+        }
+    }
+}
+
 /// `IB_QP_ATTR_STANDARD_BITS` (`GENMASK(20, 0)`, which bindgen cannot evaluate).
 const STANDARD_BITS: u32 = (1 << 21) - 1;
 
@@ -91,13 +117,7 @@ impl<T: DeviceOps> IbDevice<T> {
             PdId::of((*qp).pd)
         };
         let init = QpInit {
-            cap: QpCap {
-                max_send_wr: attr.cap.max_send_wr,
-                max_recv_wr: attr.cap.max_recv_wr,
-                max_send_sge: attr.cap.max_send_sge,
-                max_recv_sge: attr.cap.max_recv_sge,
-                max_inline_data: attr.cap.max_inline_data,
-            },
+            cap: QpCap::from_raw(&attr.cap),
             sig_all,
             qpn,
             pd,
@@ -107,11 +127,7 @@ impl<T: DeviceOps> IbDevice<T> {
         };
         let data = match T::Qp::create(dev, init, udata.as_mut()) {
             Ok((cap, d)) => {
-                attr.cap.max_send_wr = cap.max_send_wr;
-                attr.cap.max_recv_wr = cap.max_recv_wr;
-                attr.cap.max_send_sge = cap.max_send_sge;
-                attr.cap.max_recv_sge = cap.max_recv_sge;
-                attr.cap.max_inline_data = cap.max_inline_data;
+                attr.cap = cap.to_raw(attr.cap.max_rdma_ctxs);
                 d
             }
             Err(e) => {
@@ -227,14 +243,7 @@ impl<T: DeviceOps> IbDevice<T> {
             init.srq = (*qp).srq;
         }
         let a = T::Qp::query(dev, obj);
-        let cap = bindings::ib_qp_cap {
-            max_send_wr: a.cap.max_send_wr,
-            max_recv_wr: a.cap.max_recv_wr,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-            max_inline_data: a.cap.max_inline_data,
-            max_rdma_ctxs: 0,
-        };
+        let cap = a.cap.to_raw(attr.cap.max_rdma_ctxs);
         attr.qp_state = a.state.to_raw();
         attr.cur_qp_state = attr.qp_state;
         attr.cap = cap;
