@@ -24,7 +24,7 @@ mod suite {
         netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp,
         KSrq, PostFail, RecvReq, SendReq, Sge, SoftirqChain,
     };
-    use crate::sys::link::LinkHandler;
+    use crate::sys::net::link::LinkHandler;
     use crate::sys::Pod;
     use kernel::prelude::*;
 

@@ -97,8 +97,8 @@ module! {
 /// Fields drop in declaration order: first no new links, then no netdev events, then all
 /// remaining devices are unregistered.
 struct Rsiw {
-    _link: sys::link::LinkRegistration<device::Link>,
-    _notifier: sys::netdev::NotifierRegistration<device::Link>,
+    _link: sys::net::link::LinkRegistration<device::Link>,
+    _notifier: sys::net::netdev::NotifierRegistration<device::Link>,
     _registry: sys::ibdev::Registry,
     /// Waits for listeners, connection endpoints and connections that outlived their
     /// devices (their socket callbacks and timers are module code).
@@ -111,8 +111,8 @@ impl kernel::Module for Rsiw {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let wq = sys::WorkQueue::new()?;
         let registry = sys::ibdev::Registry::new()?;
-        let notifier = sys::netdev::NotifierRegistration::new()?;
-        let link = sys::link::LinkRegistration::new()?;
+        let notifier = sys::net::netdev::NotifierRegistration::new()?;
+        let link = sys::net::link::LinkRegistration::new()?;
         pr_info!("loaded: link type 'rsiw' (rdma link add NAME type rsiw netdev DEV)\n");
         Ok(Rsiw {
             _link: link,

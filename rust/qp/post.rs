@@ -11,8 +11,8 @@ use super::{
 use crate::abi::WrOpcode;
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
+use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::{IbCq, IbQp};
-use crate::sys::ring::{Ring, RingElem};
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use crate::sys::Pod;
 use kernel::prelude::*;

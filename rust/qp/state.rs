@@ -23,8 +23,8 @@ use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{QpModify, QpState};
+use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::IbQp;
-use crate::sys::ring::{Ring, RingElem};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 

@@ -31,9 +31,9 @@ use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
 use crate::sys::bindings as b;
+use crate::sys::mem::ring::{sqe_raddr, sqe_sges};
 use crate::sys::obj::IbQp;
 use crate::sys::pr_err_ratelimited;
-use crate::sys::ring::{sqe_raddr, sqe_sges};
 use kernel::prelude::*;
 
 /// The SQ position of a send WQE the TX path holds; it names the slot to release.

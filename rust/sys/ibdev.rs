@@ -30,7 +30,7 @@ pub(crate) use registry::Registry;
 
 use super::bindings;
 use super::idtable::RawIdTable;
-use super::netdev::{NetDev, NetDevRef};
+use super::net::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
@@ -88,8 +88,8 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.iw_get_qp = Some(Self::iw_get_qp_c);
         ops.iw_add_ref = Some(Self::iw_add_ref_c);
         ops.iw_rem_ref = Some(Self::iw_rem_ref_c);
-        ops.mmap = Some(super::umap::mmap_c);
-        ops.mmap_free = Some(super::umap::mmap_free_c);
+        ops.mmap = Some(super::mem::umap::mmap_c);
+        ops.mmap_free = Some(super::mem::umap::mmap_free_c);
         ops.create_cq = Some(Self::create_cq_c);
         ops.destroy_cq = Some(Self::destroy_cq_c);
         ops.poll_cq = Some(Self::poll_cq_c);

@@ -13,7 +13,7 @@
 
 use super::bindings as b;
 use super::ibdev::{errno, CepOps, DeviceOps, IbDevice, ListenerOps};
-use super::socket::SockAddr;
+use super::net::socket::SockAddr;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;

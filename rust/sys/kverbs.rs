@@ -38,7 +38,7 @@ pub(crate) use wr::{PostFail, RecvReq, SendReq, Sge};
 
 use super::bindings;
 use super::ibdev::{DeviceOps, IbDevice};
-use super::netdev::{NetDev, NetDevRef};
+use super::net::netdev::{NetDev, NetDevRef};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};

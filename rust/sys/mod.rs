@@ -3,12 +3,12 @@
 //! The FFI layer: rsiw's generated bindings, the C shim and thin safe wrappers.
 //!
 //! This is the only place in rsiw that holds `unsafe` code. The rest of the kernel shell
-//! sees safe types ([`ibdev::IbDevice`], [`netdev::NetDev`]) and implements safe traits
+//! sees safe types ([`ibdev::IbDevice`], [`net::netdev::NetDev`]) and implements safe traits
 //! that the `extern "C"` trampolines here call, after turning raw pointers into references
 //! and the core's attribute structs into Rust types: one per RDMA core object
 //! ([`ibdev::DeviceOps`], [`ibdev::CqOps`], [`ibdev::QpOps`], [`ibdev::SrqOps`],
 //! [`ibdev::MrOps`], [`ibdev::ListenerOps`], [`ibdev::CepOps`]), and
-//! [`link::LinkHandler`] and [`netdev::NetdevEvents`] for links and netdevs.
+//! [`net::link::LinkHandler`] and [`net::netdev::NetdevEvents`] for links and netdevs.
 
 use kernel::prelude::*;
 
@@ -43,17 +43,12 @@ pub(crate) mod bindings {
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
 pub(crate) mod iwcm;
-pub(crate) mod kmem;
 #[cfg(CONFIG_KUNIT = "y")]
 pub(crate) mod kverbs;
-pub(crate) mod link;
-pub(crate) mod netdev;
+pub(crate) mod mem;
+pub(crate) mod net;
 pub(crate) mod obj;
-pub(crate) mod ring;
-pub(crate) mod socket;
 pub(crate) mod udata;
-pub(crate) mod umap;
-pub(crate) mod umem;
 pub(crate) mod wr;
 
 /// A C struct for which all-zeroes (indeed every bit pattern) is a valid value: integers,

@@ -5,7 +5,7 @@
 
 use super::{errno, DeviceOps, IbDevice, MrOps};
 use crate::sys::bindings;
-use crate::sys::kmem::KernelConsumer;
+use crate::sys::mem::kmem::KernelConsumer;
 use crate::sys::obj::{IbMr, Obj, PdId};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::user;

@@ -11,7 +11,7 @@
 use super::IbDevice;
 use crate::sys::bindings;
 use crate::sys::iwcm::{CmId, ConnParam};
-use crate::sys::kmem::KernelConsumer;
+use crate::sys::mem::kmem::KernelConsumer;
 use crate::sys::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, PdId, SrqRef};
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};

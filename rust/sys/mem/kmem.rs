@@ -2,13 +2,13 @@
 
 //! Kernel-mapped ranges of registered memory, as the transport moves payload through them:
 //! gathered into socket sends ([`IoList`]), filled from socket buffers
-//! ([`super::socket::SkbChunk::copy_to_kva`]) and folded into CRC32c ([`crc32c_kva`]).
+//! ([`crate::sys::net::socket::SkbChunk::copy_to_kva`]) and folded into CRC32c ([`crc32c_kva`]).
 //!
 //! Payload memory is never seen as a Rust slice: user space may change it at any time
 //! (RFC 5040 leaves the content of a buffer under transfer undefined), so it is only ever
 //! handed to C copy routines by address.
 
-use super::bindings as b;
+use crate::sys::bindings as b;
 use kernel::prelude::*;
 
 /// A kernel virtual address range of registered memory.
@@ -32,7 +32,7 @@ impl Kva {
     /// `[kva, kva + len)` is mapped kernel memory that stays valid while the memory region
     /// it belongs to is alive (pinned user pages in the linear map, a kernel consumer's DMA
     /// MR or fast-registered pages under rsiw's virtual DMA).
-    pub(super) unsafe fn new(kva: u64, len: u64) -> Self {
+    pub(in crate::sys) unsafe fn new(kva: u64, len: u64) -> Self {
         // INVARIANT: guaranteed by the caller.
         Self { kva, len }
     }
@@ -77,7 +77,7 @@ impl Kva {
 ///
 /// # Invariants
 ///
-/// Created only by [`super::verbs`]'s `get_dma_mr` and `alloc_mr` entry points, for a PD
+/// Created only by [`crate::sys::verbs`]'s `get_dma_mr` and `alloc_mr` entry points, for a PD
 /// without a user object.
 pub(crate) struct KernelConsumer(());
 
@@ -88,7 +88,7 @@ impl KernelConsumer {
     ///
     /// The region is created on a PD without a user object (`uobject` null), and the mark
     /// goes to that region alone.
-    pub(super) unsafe fn new() -> Self {
+    pub(in crate::sys) unsafe fn new() -> Self {
         // INVARIANT: guaranteed by the caller.
         Self(())
     }
@@ -217,7 +217,7 @@ impl<'a> IoList<'a> {
     /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close.
     pub(crate) fn send(
         &mut self,
-        sock: &super::socket::SockOps,
+        sock: &crate::sys::net::socket::SockOps,
         from: usize,
         more: bool,
     ) -> Result<usize> {

@@ -11,10 +11,10 @@
 //! their own page references, so freeing the vmalloc area never leaves a dangling user
 //! mapping.
 
-use super::bindings;
-use super::ring::VBuf;
-use super::udata::UserResponse;
+use crate::sys::bindings;
+use crate::sys::mem::ring::VBuf;
 use crate::sys::pr_err_ratelimited;
+use crate::sys::udata::UserResponse;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -50,7 +50,7 @@ impl MmapEntry {
     ///
     /// `EINVAL` without a user context, `ENOMEM`, or the error of
     /// `rdma_user_mmap_entry_insert`.
-    pub(super) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
+    pub(in crate::sys) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
         let uctx = udata.ucontext().ok_or(EINVAL)?;
         let len = buf.len();
         let boxed = KBox::new(
@@ -91,7 +91,7 @@ impl Drop for MmapEntry {
 ///
 /// Called only by the RDMA core with a live user context of an rsiw device and the VMA
 /// being set up.
-pub(super) unsafe extern "C" fn mmap_c(
+pub(in crate::sys) unsafe extern "C" fn mmap_c(
     uctx: *mut bindings::ib_ucontext,
     vma: *mut bindings::vm_area_struct,
 ) -> kernel::ffi::c_int {
@@ -119,7 +119,7 @@ pub(super) unsafe extern "C" fn mmap_c(
 ///
 /// Called only by the RDMA core, once per entry, after the entry was removed and no
 /// reference remains.
-pub(super) unsafe extern "C" fn mmap_free_c(base: *mut bindings::rdma_user_mmap_entry) {
+pub(in crate::sys) unsafe extern "C" fn mmap_free_c(base: *mut bindings::rdma_user_mmap_entry) {
     // SAFETY: rsiw's entries are `KBox<Entry>` allocations with `base` first; the core
     // guarantees nobody uses the entry any more.
     drop(unsafe { KBox::from_raw(base.cast::<Entry>()) });

@@ -2,8 +2,8 @@
 
 //! `rdma link add NAME type rsiw netdev DEV`: the RDMA netlink link type.
 
-use super::bindings;
-use super::netdev::NetDev;
+use crate::sys::bindings;
+use crate::sys::net::netdev::NetDev;
 use core::marker::PhantomData;
 use kernel::prelude::*;
 use kernel::types::Opaque;

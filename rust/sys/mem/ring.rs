@@ -23,9 +23,9 @@
 //! accesses are the kernel's established way to touch it (`READ_ONCE`, `smp_load_acquire`).
 //! Kernel rings use the same accessors so one code path serves both.
 
-use super::bindings;
-use super::udata::UserResponse;
-use super::umap::MmapEntry;
+use crate::sys::bindings;
+use crate::sys::mem::umap::MmapEntry;
+use crate::sys::udata::UserResponse;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -71,12 +71,12 @@ impl VBuf {
     }
 
     /// The start of the buffer.
-    pub(super) fn as_ptr(&self) -> *mut u8 {
+    pub(in crate::sys) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
     /// The length in octets.
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::sys) fn len(&self) -> usize {
         self.len
     }
 }

@@ -9,8 +9,8 @@
 //! be in the receive path (softirq), while releasing may sleep, so the release runs on
 //! rsiw's workqueue.
 
-use super::bindings;
-use super::ibdev::{DeviceOps, IbDevice};
+use crate::sys::bindings;
+use crate::sys::ibdev::{DeviceOps, IbDevice};
 use core::ptr::NonNull;
 use kernel::prelude::*;
 
@@ -154,11 +154,11 @@ impl UMem {
 
     /// [`UMem::segment_at`] as a range the transport copies to and from: at most `max`
     /// octets at octet `off` of the pinned pages (counted as there).
-    pub(crate) fn range_at(&self, off: u64, max: u64) -> Option<super::kmem::Kva> {
+    pub(crate) fn range_at(&self, off: u64, max: u64) -> Option<crate::sys::mem::kmem::Kva> {
         let (kva, n) = self.segment_at(off)?;
         // SAFETY: the pages are pinned and in the kernel's linear map while the umem lives
         // (type invariant); the range's holder keeps the region, hence the umem, alive.
-        Some(unsafe { super::kmem::Kva::new(kva, n.min(max)) })
+        Some(unsafe { crate::sys::mem::kmem::Kva::new(kva, n.min(max)) })
     }
 }
 

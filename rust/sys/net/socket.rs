@@ -7,8 +7,8 @@
 //! shim `include/rsiw_sock.c`; here it becomes [`SockEvents`], a trait whose single method
 //! runs in softirq or process context and must not sleep.
 
-use super::bindings as b;
-use super::to_result;
+use crate::sys::bindings as b;
+use crate::sys::to_result;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -252,7 +252,7 @@ impl Socket {
     ///
     /// What `kernel_getsockname()` returns.
     pub(crate) fn local_addr(&self) -> Result<SockAddr> {
-        let a = SockAddr(super::Pod::zeroed());
+        let a = SockAddr(crate::sys::Pod::zeroed());
         // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
         let ret = unsafe { b::kernel_getsockname(self.sock.as_ptr(), a.as_ptr()) };
         if ret < 0 {
@@ -267,7 +267,7 @@ impl Socket {
     ///
     /// What `kernel_getpeername()` returns (`ENOTCONN`).
     pub(crate) fn peer_addr(&self) -> Result<SockAddr> {
-        let a = SockAddr(super::Pod::zeroed());
+        let a = SockAddr(crate::sys::Pod::zeroed());
         // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
         let ret = unsafe { b::kernel_getpeername(self.sock.as_ptr(), a.as_ptr()) };
         if ret < 0 {
@@ -293,7 +293,7 @@ impl Socket {
         // SAFETY: `cb` is valid for writes; all-zeroes is a valid `rsiw_sk_cb`, then the
         // two fields the shim reads before attach are set.
         unsafe {
-            cb.get().write(super::Pod::zeroed());
+            cb.get().write(crate::sys::Pod::zeroed());
             (*cb.get()).ctx = obj.into_foreign();
             (*cb.get()).event = Some(event_c::<T>);
         }
@@ -411,12 +411,17 @@ impl SockOps {
     }
 
     /// Queues the `len` octets that `vecs` describe without waiting (for
-    /// [`super::kmem::IoList`]); returns how many octets TCP took.
+    /// [`crate::sys::mem::kmem::IoList`]); returns how many octets TCP took.
     ///
     /// # Errors
     ///
     /// As [`Self::send`].
-    pub(super) fn send_kvecs(&self, vecs: &mut [b::kvec], len: usize, more: bool) -> Result<usize> {
+    pub(in crate::sys) fn send_kvecs(
+        &self,
+        vecs: &mut [b::kvec],
+        len: usize,
+        more: bool,
+    ) -> Result<usize> {
         let ret =
             // SAFETY: valid socket; the kvecs describe readable memory (`IoList`
             // invariant) that `kernel_sendmsg` copies before returning.
@@ -439,7 +444,11 @@ impl SockOps {
     ///
     /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
     /// range longer than the address space.
-    pub(crate) fn send_kva(&self, range: &super::kmem::Kva, more: bool) -> Result<(usize, usize)> {
+    pub(crate) fn send_kva(
+        &self,
+        range: &crate::sys::mem::kmem::Kva,
+        more: bool,
+    ) -> Result<(usize, usize)> {
         let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
         let mut spliced = 0usize;
         // SAFETY: valid socket; `range` is mapped kernel memory (`Kva` invariant) that
@@ -525,7 +534,7 @@ impl SkbChunk<'_> {
     /// # Errors
     ///
     /// `EFAULT` if the range leaves the chunk.
-    pub(crate) fn copy_to_kva(&self, at: usize, dst: &super::kmem::Kva) -> Result {
+    pub(crate) fn copy_to_kva(&self, at: usize, dst: &crate::sys::mem::kmem::Kva) -> Result {
         let len = usize::try_from(dst.len()).map_err(|_| EFAULT)?;
         let off = self.range(at, len)?;
         // SAFETY: `skb` holds the range (invariant and the check above); `dst` is mapped

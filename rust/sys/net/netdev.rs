@@ -2,7 +2,7 @@
 
 //! Network devices: a borrowed `struct net_device` and the netdevice notifier.
 
-use super::bindings;
+use crate::sys::bindings;
 use core::marker::PhantomData;
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -181,7 +181,7 @@ impl<T: NetdevEvents> NotifierRegistration<T> {
         // SAFETY: `nb` is a valid, exclusively owned, zeroed notifier block.
         unsafe { (*nb.get()).notifier_call = Some(Self::call) };
         // SAFETY: `nb` is boxed, so its address is stable until `drop` unregisters it.
-        super::to_result(unsafe { bindings::register_netdevice_notifier(nb.get()) })?;
+        crate::sys::to_result(unsafe { bindings::register_netdevice_notifier(nb.get()) })?;
         // INVARIANT: registered above, and boxed.
         Ok(Self {
             nb,

@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory: pinned user memory of MRs ([`umem`]), kernel virtual ranges and I/O lists
+//! ([`kmem`]), the rings rsiw shares with user space ([`ring`]) and their `mmap` entries
+//! ([`umap`]).
+
+pub(crate) mod kmem;
+pub(crate) mod ring;
+pub(crate) mod umap;
+pub(crate) mod umem;
