@@ -54,11 +54,10 @@ use crate::engine::session::{Close, Event, Session, SessionConfig};
 use crate::engine::startup::Negotiated;
 use crate::mem::MrRef;
 use crate::qp::Qp;
-use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
-use crate::sys::obj::PdId;
+use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::pr_warn_ratelimited;
 use crate::sys::Live;
 use crate::timer::Armed;
@@ -110,10 +109,10 @@ pub(crate) enum Reason {
 
 impl Reason {
     /// The asynchronous event the QP reports when the connection ends for this reason.
-    fn event(self) -> Option<b::ib_event_type> {
+    fn event(self) -> Option<QpEvent> {
         match self {
-            Reason::Terminated | Reason::Reset => Some(b::ib_event_type_IB_EVENT_QP_FATAL),
-            Reason::AccessError => Some(b::ib_event_type_IB_EVENT_QP_ACCESS_ERR),
+            Reason::Terminated | Reason::Reset => Some(QpEvent::Fatal),
+            Reason::AccessError => Some(QpEvent::AccessErr),
             Reason::PeerClosed | Reason::Local => None,
         }
     }

@@ -97,7 +97,7 @@ impl Notify {
     pub(crate) fn deliver(self, cq: &IbCq<Cq>) {
         if self.overflow {
             pr_warn_ratelimited!("CQ overflow: the consumer did not reap completions in time\n");
-            cq.dispatch_event(b::ib_event_type_IB_EVENT_CQ_ERR);
+            cq.dispatch_error();
         }
         if self.comp {
             cq.call_comp_handler();

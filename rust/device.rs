@@ -11,7 +11,7 @@ use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
 use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
 use crate::srq::{Srq, MAX_SRQ_WR};
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{stat_desc, DeviceOps, IbDevice, NewDevice, PortAttr};
+use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::idtable::ArcTable;
 use crate::sys::net::link::LinkHandler;
 use crate::sys::net::netdev::{NetDev, NetdevEvent, NetdevEvents};
@@ -102,37 +102,24 @@ fn eui64(mac: [u8; 6]) -> [u8; 8] {
 }
 
 impl DeviceOps for Device {
-    fn query_device(dev: &IbDevice<Self>, attr: &mut b::ib_device_attr) -> Result {
-        let mac = u64_to_mac(dev.mac.load(Ordering::Relaxed));
-        attr.vendor_id = VENDOR_ID;
-        attr.vendor_part_id = 0;
-        attr.sys_image_guid = u64::from_ne_bytes(eui64(mac));
-        attr.max_mr_size = u64::MAX;
-        attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
-        attr.max_pd = crate::module_parameters::max_pd.value();
-        attr.max_qp = crate::module_parameters::max_qp.value();
-        attr.max_qp_wr = MAX_QP_WR;
-        attr.max_send_sge = MAX_SGE;
-        attr.max_recv_sge = MAX_SGE;
-        // An iWARP Read Request names one sink (RFC 5040 §4.4).
-        attr.max_sge_rd = 1;
-        attr.max_cq = crate::module_parameters::max_cq.value();
-        attr.max_cqe = MAX_CQE;
-        attr.max_mr = crate::module_parameters::max_mr.value();
-        attr.max_fast_reg_page_list_len = MAX_FRMR_PAGES;
-        attr.max_srq = crate::module_parameters::max_srq.value();
-        attr.max_srq_wr = MAX_SRQ_WR;
-        attr.max_srq_sge = MAX_SGE;
-        // IRD and ORD ceilings per QP (RFC 6581 §9.1 negotiates within them).
-        attr.max_qp_rd_atom = crate::conn::MAX_IRD_ORD;
-        attr.max_qp_init_rd_atom = crate::conn::MAX_IRD_ORD;
-        attr.max_res_rd_atom = crate::conn::MAX_IRD_ORD * crate::module_parameters::max_qp.value();
-        attr.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_NONE;
-        // REG_MR and LOCAL_INV work requests on kernel QPs, fast-registration MRs.
-        attr.device_cap_flags = b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
-        // `rdma link del` may remove rsiw devices.
-        attr.kernel_cap_flags = u64::from(b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
-        Ok(())
+    fn query_device(dev: &IbDevice<Self>) -> DeviceAttr {
+        use crate::module_parameters as p;
+        DeviceAttr {
+            vendor_id: VENDOR_ID,
+            sys_image_guid: eui64(u64_to_mac(dev.mac.load(Ordering::Relaxed))),
+            max_pd: p::max_pd.value(),
+            max_qp: p::max_qp.value(),
+            max_cq: p::max_cq.value(),
+            max_mr: p::max_mr.value(),
+            max_srq: p::max_srq.value(),
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_cqe: MAX_CQE,
+            max_srq_wr: MAX_SRQ_WR,
+            max_fast_reg_pages: MAX_FRMR_PAGES,
+            // RFC 6581 §9.1 negotiates IRD and ORD within this.
+            max_ird_ord: crate::conn::MAX_IRD_ORD,
+        }
     }
 
     fn query_port(dev: &IbDevice<Self>) -> Result<PortAttr> {
@@ -206,10 +193,10 @@ impl LinkHandler for Link {
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         let ifname = BStr::from_bytes(ndev.name());
-        let ty = u32::from(ndev.link_type());
-        if ty != b::ARPHRD_ETHER && ty != b::ARPHRD_IEEE802 && ty != b::ARPHRD_LOOPBACK {
+        if !ndev.is_ethernet() {
             pr_err_ratelimited!(
-                "{name}: netdev {ifname} has link type {ty}, rsiw needs Ethernet\n"
+                "{name}: netdev {ifname} has link type {}, rsiw needs Ethernet\n",
+                ndev.link_type()
             );
             return Err(EINVAL);
         }
@@ -250,20 +237,14 @@ impl LinkHandler for Link {
 impl NetdevEvents for Link {
     fn event(ndev: &NetDev, event: NetdevEvent) {
         crate::sys::ibdev::with_device_of::<Device>(ndev, |dev| match event {
-            e if e == u64::from(b::netdev_cmd_NETDEV_UP)
-                || e == u64::from(b::netdev_cmd_NETDEV_DOWN)
-                || e == u64::from(b::netdev_cmd_NETDEV_CHANGE) =>
-            {
-                dev.dispatch_port_state(ndev);
-            }
-            e if e == u64::from(b::netdev_cmd_NETDEV_CHANGEADDR) => {
+            NetdevEvent::LinkChange => dev.dispatch_port_state(ndev),
+            NetdevEvent::AddressChange => {
                 if let Some(mac) = ndev.mac() {
                     dev.mac.store(mac_to_u64(mac), Ordering::Relaxed);
                 }
-                dev.dispatch_port_event(b::ib_event_type_IB_EVENT_GID_CHANGE);
+                dev.dispatch_gid_change();
             }
-            e if e == u64::from(b::netdev_cmd_NETDEV_UNREGISTER) => dev.unregister_queued(),
-            _ => {}
+            NetdevEvent::Unregister => dev.unregister_queued(),
         });
     }
 }

@@ -25,6 +25,7 @@ mod suite {
         KSrq, PostFail, RecvReq, SendReq, Sge, SoftirqChain,
     };
     use crate::sys::net::link::LinkHandler;
+    use crate::sys::obj::QpEvent;
     use crate::sys::Pod;
     use kernel::prelude::*;
 
@@ -408,7 +409,7 @@ mod suite {
         req!(qp.post_send(&[send(17, b::ib_wr_opcode_IB_WR_SEND, 0, one)]));
         req!(qp.post_recv(&[recv(16, one)]));
         let events = QP_EV.count();
-        Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
+        Qp::enter_error(q, Some(QpEvent::Fatal));
         check!(QP_EV.count() == events + 2 && QP_EV.last() == b::ib_event_type_IB_EVENT_SQ_DRAINED);
         check!(CQ_EV.count() == calls + 3);
         let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
@@ -416,7 +417,7 @@ mod suite {
         check!(poll_one(cq) == Some((16, flush, b::ib_wc_opcode_IB_WC_RECV, 0)));
         check!(Qp::next_sqe(q).is_none() && Qp::take_rqe(q).is_none());
         check!(req!(qp.query()).0 == ERR);
-        Qp::enter_error(q, Some(b::ib_event_type_IB_EVENT_QP_FATAL));
+        Qp::enter_error(q, Some(QpEvent::Fatal));
         check!(QP_EV.count() == events + 2);
         Ok(())
     }

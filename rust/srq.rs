@@ -226,7 +226,7 @@ impl Srq {
             (wqe, fire)
         };
         if fire {
-            srq.dispatch_event(b::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED);
+            srq.dispatch_limit_reached();
         }
         Some(wqe)
     }

@@ -15,9 +15,8 @@ use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::mem::access_bits;
 use crate::qp::wqe::SendWqe;
 use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
-use crate::sys::bindings as b;
 use crate::sys::ibdev::QpRef;
-use crate::sys::obj::PdId;
+use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::mpa::RtrType;
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
@@ -530,7 +529,7 @@ fn take_sqe(qp: &QpRef<Device>) -> Option<SendWqe> {
         Ok(w) => Some(w),
         Err(bad) => {
             let _ = Qp::fail_sqe(qp.qp(), &bad);
-            Qp::enter_error(qp.qp(), Some(b::ib_event_type_IB_EVENT_QP_REQ_ERR));
+            Qp::enter_error(qp.qp(), Some(QpEvent::ReqErr));
             None
         }
     }

@@ -24,7 +24,7 @@ use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::mem::ring::{Ring, RingElem};
-use crate::sys::obj::IbQp;
+use crate::sys::obj::{IbQp, QpEvent};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
@@ -252,10 +252,10 @@ impl Qp {
             return;
         }
         if sq_flushed {
-            qp.dispatch_event(b::ib_event_type_IB_EVENT_SQ_DRAINED);
+            qp.dispatch_event(QpEvent::SqDrained);
         }
         if qp.srq.is_some() {
-            qp.dispatch_event(b::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
+            qp.dispatch_event(QpEvent::LastWqeReached);
         }
     }
 
@@ -351,7 +351,7 @@ impl Qp {
     /// flushes it (see the module documentation). `event` (`IB_EVENT_QP_FATAL`,
     /// `IB_EVENT_QP_REQ_ERR`, `IB_EVENT_QP_ACCESS_ERR`) is reported to the consumer if the
     /// QP was not in ERROR yet. Any context; call it with no QP, SRQ or CQ lock held.
-    pub(crate) fn enter_error(qp: &IbQp<Qp>, event: Option<b::ib_event_type>) {
+    pub(crate) fn enter_error(qp: &IbQp<Qp>, event: Option<QpEvent>) {
         let (prev, sq_flushed) = match Self::enter_checked(qp, State::Error, |_| Ok(())) {
             Ok(r) => r,
             // Not reached: every state may enter ERROR.

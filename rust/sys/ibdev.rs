@@ -23,8 +23,8 @@ mod srq;
 
 pub(crate) use device::ib_mtu;
 pub(crate) use ops::{
-    CepOps, CqAttr, CqNotify, CqOps, DeviceOps, ListenerOps, MrOps, PortAttr, QpAttrs, QpCap,
-    QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps,
+    CepOps, CqAttr, CqNotify, CqOps, DeviceAttr, DeviceOps, ListenerOps, MrOps, PortAttr, QpAttrs,
+    QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps,
 };
 pub(crate) use registry::Registry;
 
@@ -160,8 +160,13 @@ impl<T: DeviceOps> IbDevice<T> {
         unsafe { bindings::ib_dispatch_port_state_event(self.as_raw(), ndev.as_ptr()) };
     }
 
+    /// Reports that the GID of port 1 changed (`IB_EVENT_GID_CHANGE`).
+    pub(crate) fn dispatch_gid_change(&self) {
+        self.dispatch_port_event(bindings::ib_event_type_IB_EVENT_GID_CHANGE);
+    }
+
     /// Dispatches an asynchronous port event (`IB_EVENT_*`) for port 1.
-    pub(crate) fn dispatch_port_event(&self, event: bindings::ib_event_type) {
+    fn dispatch_port_event(&self, event: bindings::ib_event_type) {
         // SAFETY: all-zeroes is a valid `ib_event` (null device, port 0).
         let mut ev: bindings::ib_event = unsafe { MaybeUninit::zeroed().assume_init() };
         ev.device = self.as_raw();

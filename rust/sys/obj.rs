@@ -88,6 +88,33 @@ pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
 /// A memory region: `struct ib_mr` followed by the driver's MR data.
 pub(crate) type IbMr<T> = Obj<bindings::ib_mr, T>;
 
+/// The affiliated asynchronous events of a QP rsiw reports (`enum ib_event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpEvent {
+    /// `IB_EVENT_QP_FATAL`: the connection failed (TERMINATE, reset).
+    Fatal,
+    /// `IB_EVENT_QP_REQ_ERR`: the consumer posted a malformed work request.
+    ReqErr,
+    /// `IB_EVENT_QP_ACCESS_ERR`: the peer violated an access right.
+    AccessErr,
+    /// `IB_EVENT_SQ_DRAINED`: the SQ was flushed.
+    SqDrained,
+    /// `IB_EVENT_QP_LAST_WQE_REACHED`: a QP with an SRQ left the SRQ for good.
+    LastWqeReached,
+}
+
+impl QpEvent {
+    fn to_raw(self) -> bindings::ib_event_type {
+        match self {
+            Self::Fatal => bindings::ib_event_type_IB_EVENT_QP_FATAL,
+            Self::ReqErr => bindings::ib_event_type_IB_EVENT_QP_REQ_ERR,
+            Self::AccessErr => bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR,
+            Self::SqDrained => bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
+            Self::LastWqeReached => bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+        }
+    }
+}
+
 /// Builds an `ib_event` for `event`, the device of `dev` and the element set by `set`.
 fn event(
     dev: *mut bindings::ib_device,
@@ -118,8 +145,9 @@ impl<T> IbCq<T> {
         }
     }
 
-    /// Reports an asynchronous CQ event (`IB_EVENT_CQ_ERR`) to the consumer's handler.
-    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+    /// Reports a CQ overflow (`IB_EVENT_CQ_ERR`) to the consumer's handler.
+    pub(crate) fn dispatch_error(&self) {
+        let ev = bindings::ib_event_type_IB_EVENT_CQ_ERR;
         let cq = self.as_raw();
         // SAFETY: the CQ is live; `event_handler`/`cq_context` are set by the core before
         // `create_cq`. The handler copies what it needs from the event.
@@ -140,8 +168,9 @@ impl<T> IbCq<T> {
 }
 
 impl<T> IbSrq<T> {
-    /// Reports an asynchronous SRQ event (`IB_EVENT_SRQ_LIMIT_REACHED`, `IB_EVENT_SRQ_ERR`).
-    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+    /// Reports that fewer WRs than the limit remain posted (`IB_EVENT_SRQ_LIMIT_REACHED`).
+    pub(crate) fn dispatch_limit_reached(&self) {
+        let ev = bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED;
         let srq = self.as_raw();
         // SAFETY: the SRQ is live; the core sets the handler and context before
         // `create_srq`.
@@ -235,7 +264,8 @@ impl<T> IbQp<T> {
     }
 
     /// Reports an affiliated asynchronous QP event to the consumer's handler.
-    pub(crate) fn dispatch_event(&self, ev: bindings::ib_event_type) {
+    pub(crate) fn dispatch_event(&self, ev: QpEvent) {
+        let ev = ev.to_raw();
         let qp = self.as_raw();
         // SAFETY: the QP is live; the core sets `event_handler`/`qp_context` before
         // `create_qp`.

@@ -4,7 +4,7 @@
 //! port counters and `dealloc_driver`. Each turns the core's raw pointers into typed
 //! references, calls one [`DeviceOps`] method and maps the result to an errno.
 
-use super::{errno, DeviceOps, IbDevice, PortAttr, Registry};
+use super::{errno, DeviceAttr, DeviceOps, IbDevice, PortAttr, Registry};
 use crate::sys::bindings;
 use crate::sys::udata::UserResponse;
 use core::mem::MaybeUninit;
@@ -23,7 +23,8 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the core calls device ops only on live devices of this type, with a
         // valid, exclusively borrowed attribute buffer.
         let (dev, attr) = unsafe { (Self::from_raw(raw), &mut *attr) };
-        errno(T::query_device(dev, attr))
+        fill_device_attr(attr, &T::query_device(dev));
+        0
     }
 
     /// # Safety
@@ -217,6 +218,37 @@ impl<T: DeviceOps> IbDevice<T> {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
         }
     }
+}
+
+/// Fills the core's device attributes from `d` and what every rsiw device reports.
+fn fill_device_attr(attr: &mut bindings::ib_device_attr, d: &DeviceAttr) {
+    attr.vendor_id = d.vendor_id;
+    attr.vendor_part_id = 0;
+    attr.sys_image_guid = u64::from_ne_bytes(d.sys_image_guid);
+    attr.max_mr_size = u64::MAX;
+    attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
+    attr.max_pd = d.max_pd;
+    attr.max_qp = d.max_qp;
+    attr.max_qp_wr = d.max_qp_wr;
+    attr.max_send_sge = d.max_sge;
+    attr.max_recv_sge = d.max_sge;
+    // An iWARP Read Request names one sink (RFC 5040 §4.4).
+    attr.max_sge_rd = 1;
+    attr.max_cq = d.max_cq;
+    attr.max_cqe = d.max_cqe;
+    attr.max_mr = d.max_mr;
+    attr.max_fast_reg_page_list_len = d.max_fast_reg_pages;
+    attr.max_srq = d.max_srq;
+    attr.max_srq_wr = d.max_srq_wr;
+    attr.max_srq_sge = d.max_sge;
+    attr.max_qp_rd_atom = d.max_ird_ord;
+    attr.max_qp_init_rd_atom = d.max_ird_ord;
+    attr.max_res_rd_atom = d.max_ird_ord.saturating_mul(d.max_qp);
+    attr.atomic_cap = bindings::ib_atomic_cap_IB_ATOMIC_NONE;
+    // REG_MR and LOCAL_INV work requests on kernel QPs, fast-registration MRs.
+    attr.device_cap_flags = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+    // `rdma link del` may remove rsiw devices.
+    attr.kernel_cap_flags = u64::from(bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
 }
 
 /// Fills the attributes of an iWARP port from `p`: one GID, messages up to 4 GiB - 1

@@ -20,8 +20,8 @@ use kernel::sync::Arc;
 
 /// The device-level verbs, and the driver data types of the device's objects.
 pub(crate) trait DeviceOps: Sized + Send + Sync {
-    /// `query_device`: fills the device attributes.
-    fn query_device(dev: &IbDevice<Self>, attr: &mut bindings::ib_device_attr) -> Result;
+    /// `query_device`: the device's identity and limits.
+    fn query_device(dev: &IbDevice<Self>) -> DeviceAttr;
     /// `query_port` for port 1 (the only one): the state of the port.
     fn query_port(dev: &IbDevice<Self>) -> Result<PortAttr>;
     /// `query_gid` for port 1: returns GID `index` (16 octets, network order).
@@ -56,6 +56,40 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     type Listener: ListenerOps<Self>;
     /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
     type Cep: CepOps<Self>;
+}
+
+/// The identity and limits of a device, as `query_device` reports them. Every rsiw
+/// device also reports: no atomics (`IB_ATOMIC_NONE`), the memory management extensions
+/// (fast registration and local invalidation work requests), one SGE per RDMA Read sink
+/// (RFC 5040 §4.4), page-sized pages, MRs of any size, and that `rdma link del` may
+/// remove it.
+pub(crate) struct DeviceAttr {
+    /// The vendor ID.
+    pub(crate) vendor_id: u32,
+    /// The system image GUID (8 octets, network order).
+    pub(crate) sys_image_guid: [u8; 8],
+    /// The most PDs, QPs, CQs, MRs and SRQs the device holds at once.
+    pub(crate) max_pd: u32,
+    /// See `max_pd`.
+    pub(crate) max_qp: u32,
+    /// See `max_pd`.
+    pub(crate) max_cq: u32,
+    /// See `max_pd`.
+    pub(crate) max_mr: u32,
+    /// See `max_pd`.
+    pub(crate) max_srq: u32,
+    /// The deepest SQ or RQ, in WRs.
+    pub(crate) max_qp_wr: u32,
+    /// SGEs per WR (send, receive and SRQ WRs).
+    pub(crate) max_sge: u32,
+    /// The deepest CQ, in CQEs.
+    pub(crate) max_cqe: u32,
+    /// The deepest SRQ, in WRs.
+    pub(crate) max_srq_wr: u32,
+    /// Pages of a fast-registration MR.
+    pub(crate) max_fast_reg_pages: u32,
+    /// The IRD and ORD ceiling of a QP.
+    pub(crate) max_ird_ord: u32,
 }
 
 /// The state of the port, as `query_port` reports it.

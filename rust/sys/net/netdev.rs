@@ -61,6 +61,14 @@ impl NetDev {
         unsafe { bindings::rsiw_netdev_type(self.as_ptr()) }
     }
 
+    /// Whether the link layer is Ethernet (or loopback, which carries Ethernet frames).
+    pub(crate) fn is_ethernet(&self) -> bool {
+        matches!(
+            u32::from(self.link_type()),
+            bindings::ARPHRD_ETHER | bindings::ARPHRD_IEEE802 | bindings::ARPHRD_LOOPBACK
+        )
+    }
+
     /// Returns the current MTU in octets.
     pub(crate) fn mtu(&self) -> u32 {
         // SAFETY: by the type invariant the device is live.
@@ -144,12 +152,35 @@ impl Drop for NetDevRef {
     }
 }
 
-/// Events from the netdevice notifier chain (`NETDEV_*`).
-pub(crate) type NetdevEvent = u64;
+/// The events of the netdevice notifier chain (`NETDEV_*`) a device follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NetdevEvent {
+    /// `NETDEV_UP`, `NETDEV_DOWN` or `NETDEV_CHANGE`: the link state may have changed.
+    LinkChange,
+    /// `NETDEV_CHANGEADDR`: a new MAC address.
+    AddressChange,
+    /// `NETDEV_UNREGISTER`: the netdev is going away.
+    Unregister,
+}
+
+impl NetdevEvent {
+    /// The event of the notifier value `ev`, or `None` for the events devices ignore.
+    fn from_raw(ev: kernel::ffi::c_ulong) -> Option<Self> {
+        let ev = u32::try_from(ev).ok()?;
+        match ev {
+            bindings::netdev_cmd_NETDEV_UP
+            | bindings::netdev_cmd_NETDEV_DOWN
+            | bindings::netdev_cmd_NETDEV_CHANGE => Some(Self::LinkChange),
+            bindings::netdev_cmd_NETDEV_CHANGEADDR => Some(Self::AddressChange),
+            bindings::netdev_cmd_NETDEV_UNREGISTER => Some(Self::Unregister),
+            _ => None,
+        }
+    }
+}
 
 /// Receiver of netdevice notifier events.
 pub(crate) trait NetdevEvents {
-    /// Called (under RTNL) for every event on every network device.
+    /// Called (under RTNL) for every event of interest on every network device.
     fn event(ndev: &NetDev, event: NetdevEvent);
 }
 
@@ -199,9 +230,9 @@ impl<T: NetdevEvents> NotifierRegistration<T> {
     ) -> kernel::ffi::c_int {
         // SAFETY: the netdevice notifier chain passes a `netdev_notifier_info`.
         let ndev = unsafe { bindings::rsiw_notifier_info_to_dev(ptr) };
-        if !ndev.is_null() {
+        if let (false, Some(event)) = (ndev.is_null(), NetdevEvent::from_raw(event)) {
             // SAFETY: the notifier chain holds the device for the duration of the call.
-            T::event(unsafe { NetDev::from_raw(ndev) }, event as u64);
+            T::event(unsafe { NetDev::from_raw(ndev) }, event);
         }
         bindings::NOTIFY_DONE as kernel::ffi::c_int
     }
