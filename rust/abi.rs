@@ -181,3 +181,65 @@ pub(crate) mod wqe_flags {
     /// The CQE reports a Send with Invalidate (`inval_stag` names the STag).
     pub(crate) const REM_INVAL: u16 = b::siw_wqe_flags_SIW_WQE_REM_INVAL as u16;
 }
+
+/// A send queue element as the SQ ring holds it (`struct siw_sqe`). A user QP's ring is
+/// written by user space: decode a copy ([`crate::qp::wqe::decode_sqe`]), never the slot.
+pub(crate) type Sqe = b::siw_sqe;
+
+/// A receive queue element as the RQ and SRQ rings hold it (`struct siw_rqe`).
+pub(crate) type Rqe = b::siw_rqe;
+
+/// A completion queue element as the CQ ring holds it (`struct siw_cqe`).
+pub(crate) type RingCqe = b::siw_cqe;
+
+/// A scatter/gather element of a WQE (`struct siw_sge`): address, length in octets and
+/// STag (lkey).
+pub(crate) type Sge = b::siw_sge;
+
+/// The response to `alloc_ucontext` (`struct siw_uresp_alloc_ctx`).
+pub(crate) type AllocCtxResp = b::siw_uresp_alloc_ctx;
+
+/// The response to `create_cq` (`struct siw_uresp_create_cq`): CQ id, depth, mmap key.
+pub(crate) type CreateCqResp = b::siw_uresp_create_cq;
+
+/// The response to `create_qp` (`struct siw_uresp_create_qp`): QP number, depths, keys.
+pub(crate) type CreateQpResp = b::siw_uresp_create_qp;
+
+/// The response to `create_srq` (`struct siw_uresp_create_srq`): depth, mmap key.
+pub(crate) type CreateSrqResp = b::siw_uresp_create_srq;
+
+/// The request of `reg_mr` (`struct siw_ureq_reg_mr`): the STag key user space chose.
+pub(crate) type RegMrReq = b::siw_ureq_reg_mr;
+
+/// The response to `reg_mr` (`struct siw_uresp_reg_mr`): the STag.
+pub(crate) type RegMrResp = b::siw_uresp_reg_mr;
+
+/// The arm states of a CQ's control word (`enum siw_notify_flags`), which user space
+/// writes for user CQs.
+pub(crate) mod notify {
+    use super::b;
+
+    /// Not armed.
+    pub(crate) const NOT: u32 = b::siw_notify_flags_SIW_NOTIFY_NOT;
+    /// Armed for the next solicited (or failed) completion.
+    pub(crate) const SOLICITED: u32 = b::siw_notify_flags_SIW_NOTIFY_SOLICITED;
+    /// Armed for the next completion.
+    pub(crate) const NEXT_COMPLETION: u32 = b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION;
+}
+
+/// Memory access rights (`enum ib_access_flags`), as `reg_mr`, REG_MR work requests and
+/// `modify_qp` carry them.
+pub(crate) mod access {
+    use super::b;
+
+    /// The local side may write (receives, Read Response sinks).
+    pub(crate) const LOCAL_WRITE: u32 = b::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
+    /// Peers may RDMA Write.
+    pub(crate) const REMOTE_WRITE: u32 = b::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
+    /// Peers may RDMA Read.
+    pub(crate) const REMOTE_READ: u32 = b::ib_access_flags_IB_ACCESS_REMOTE_READ;
+    /// Peers may use atomics (never granted on iWARP MRs).
+    pub(crate) const REMOTE_ATOMIC: u32 = b::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
+    /// On-demand paging (not supported).
+    pub(crate) const ON_DEMAND: u32 = b::ib_access_flags_IB_ACCESS_ON_DEMAND;
+}

@@ -14,6 +14,7 @@
 //! (any completion for `NEXT_COMPLETION`, solicited ones for `SOLICITED`) disarms the CQ
 //! and asks the caller to run the completion handler once it holds no locks.
 
+use crate::abi::{notify, CreateCqResp, RingCqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::Device;
 use crate::limits::Object;
@@ -41,7 +42,7 @@ struct Positions {
 /// The driver data of a CQ.
 #[pin_data]
 pub(crate) struct Cq {
-    ring: Ring<b::siw_cqe>,
+    ring: Ring<RingCqe>,
     #[pin]
     pos: SpinLockIrq<Positions>,
     user: bool,
@@ -153,7 +154,7 @@ impl CqOps<Device> for Cq {
             Some(u) => {
                 let (ring, key) = Ring::new_user(u, n, true)?;
                 // The CQ id only labels the CQ in user-space diagnostics.
-                let resp = b::siw_uresp_create_cq {
+                let resp = CreateCqResp {
                     cq_id: crate::sys::random_u32(),
                     num_cqe: n,
                     cq_key: key,
@@ -222,11 +223,8 @@ impl CqOps<Device> for Cq {
     fn req_notify(cq: &IbCq<Cq>, notify: CqNotify, report_missed: bool) -> Result<i32> {
         let this: &Cq = cq;
         let arm = match notify {
-            CqNotify::Solicited => b::siw_notify_flags_SIW_NOTIFY_SOLICITED,
-            CqNotify::NextComp => {
-                b::siw_notify_flags_SIW_NOTIFY_SOLICITED
-                    | b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION
-            }
+            CqNotify::Solicited => notify::SOLICITED,
+            CqNotify::NextComp => notify::SOLICITED | notify::NEXT_COMPLETION,
         };
         // The producer reads the arm under the position lock: taking it orders this arm
         // against a concurrent push (no lost wake-up between arming and checking).
@@ -257,7 +255,7 @@ impl Cq {
         if this.ring.flags(idx) & VALID != 0 {
             return Err(Overflow);
         }
-        let mut cqe = b::siw_cqe::zeroed();
+        let mut cqe = RingCqe::zeroed();
         cqe.id = c.id;
         cqe.opcode = c.opcode.raw();
         cqe.status = c.status.raw();
@@ -279,11 +277,11 @@ impl Cq {
         pos.put = idx.wrapping_add(1);
 
         let arm = this.ring.ctrl_load();
-        let fire = arm & b::siw_notify_flags_SIW_NOTIFY_NEXT_COMPLETION != 0
-            || (arm & b::siw_notify_flags_SIW_NOTIFY_SOLICITED != 0 && c.solicited);
+        let fire =
+            arm & notify::NEXT_COMPLETION != 0 || (arm & notify::SOLICITED != 0 && c.solicited);
         if fire {
             // One-shot: the consumer re-arms for the next notification.
-            this.ring.ctrl_store(b::siw_notify_flags_SIW_NOTIFY_NOT);
+            this.ring.ctrl_store(notify::NOT);
         }
         Ok(Notify {
             comp: fire,

@@ -5,6 +5,7 @@
 //! One rsiw device serves one network device (port 1). Its GID is the netdev's MAC
 //! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
 
+use crate::abi::AllocCtxResp;
 use crate::cq::{Cq, MAX_CQE};
 use crate::limits::{Counts, Object};
 use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
@@ -142,7 +143,7 @@ impl DeviceOps for Device {
 
     fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
         let slot = dev.counts.take(Object::Ucontext)?;
-        resp.write(&b::siw_uresp_alloc_ctx { dev_id: 0, pad: 0 })?;
+        resp.write(&AllocCtxResp { dev_id: 0, pad: 0 })?;
         slot.keep();
         Ok(())
     }

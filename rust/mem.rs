@@ -16,10 +16,10 @@
 //! requests, and the RX path Send with Invalidate, with [`Device::fast_register`] and
 //! [`Device::invalidate_stag`]; rsiw advertises `IB_DEVICE_MEM_MGT_EXTENSIONS`.
 
+use crate::abi::{access, RegMrReq, RegMrResp};
 use crate::device::Device;
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
 use crate::limits::Object;
-use crate::sys::bindings as b;
 use crate::sys::ibdev::{IbDevice, MrOps};
 use crate::sys::mem::kmem::{KernelConsumer, Kva};
 use crate::sys::mem::umem::UMem;
@@ -36,9 +36,7 @@ const STAG_INDEX_MAX: u32 = 0x00ff_ffff;
 pub(crate) const MAX_FRMR_PAGES: u32 = 256;
 
 /// The access rights that exist on iWARP (`IWARP_ACCESS_MASK` of the C siw).
-const ACCESS_MASK: i32 = (b::ib_access_flags_IB_ACCESS_LOCAL_WRITE
-    | b::ib_access_flags_IB_ACCESS_REMOTE_WRITE
-    | b::ib_access_flags_IB_ACCESS_REMOTE_READ) as i32;
+const ACCESS_MASK: i32 = (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ) as i32;
 
 /// A registered memory region, shared by its MR, the STag table and in-flight transfers.
 #[pin_data]
@@ -75,10 +73,10 @@ pub(crate) type MrRef = Arc<Mem>;
 /// iWARP MRs: [`Access::RemoteAtomic`] always fails the rights check).
 pub(crate) fn access_bits(a: Access) -> u32 {
     match a {
-        Access::RemoteWrite => b::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
-        Access::LocalWrite => b::ib_access_flags_IB_ACCESS_LOCAL_WRITE,
-        Access::RemoteRead => b::ib_access_flags_IB_ACCESS_REMOTE_READ,
-        Access::RemoteAtomic => b::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
+        Access::RemoteWrite => access::REMOTE_WRITE,
+        Access::LocalWrite => access::LOCAL_WRITE,
+        Access::RemoteRead => access::REMOTE_READ,
+        Access::RemoteAtomic => access::REMOTE_ATOMIC,
     }
 }
 
@@ -392,7 +390,7 @@ impl MrOps<Device> for Mr {
         if len == 0 {
             return Err(fail(format_args!("reg_mr: zero length"), EINVAL));
         }
-        if access & b::ib_access_flags_IB_ACCESS_ON_DEMAND as i32 != 0 {
+        if access & access::ON_DEMAND as i32 != 0 {
             return Err(fail(
                 format_args!("reg_mr: on-demand paging is not supported"),
                 EOPNOTSUPP,
@@ -404,7 +402,7 @@ impl MrOps<Device> for Mr {
                 EINVAL,
             ));
         }
-        let req: b::siw_ureq_reg_mr = udata.read()?;
+        let req: RegMrReq = udata.read()?;
         let umem = UMem::get(dev, start, len, access).map_err(|e| {
             fail(
                 format_args!(
@@ -419,7 +417,7 @@ impl MrOps<Device> for Mr {
         }
         let (stag, mr) =
             Self::register(dev, pd, req.stag_key, access, iova, len, Kind::User(umem))?;
-        if let Err(e) = udata.write(&b::siw_uresp_reg_mr { stag, pad: 0 }) {
+        if let Err(e) = udata.write(&RegMrResp { stag, pad: 0 }) {
             Self::deregister(dev, &mr);
             return Err(e);
         }

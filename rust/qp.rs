@@ -26,6 +26,7 @@ pub(crate) mod wqe;
 
 pub(crate) use post::build_rqe;
 
+use crate::abi::{CreateQpResp, Rqe, Sge, Sqe};
 use crate::conn::Conn;
 use crate::cq::Cq;
 use crate::device::Device;
@@ -48,7 +49,7 @@ pub(crate) const MAX_QP_WR: u32 = 1 << 14;
 /// SGEs per work request (the siw ABI's fixed array).
 pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;
 /// Inline data per send WQE: it occupies `sge[1..]` (`SIW_MAX_INLINE`).
-pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<b::siw_sge>() as u32) * (MAX_SGE - 1);
+pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<Sge>() as u32) * (MAX_SGE - 1);
 
 pub(crate) use crate::abi::wqe_flags::{INLINE, READ_FENCE, SIGNALLED, SOLICITED, VALID};
 
@@ -78,8 +79,8 @@ pub(crate) struct Qp {
     pd: PdId,
     sig_all: bool,
     caps: Caps,
-    sq: Ring<b::siw_sqe>,
-    rq: Option<Ring<b::siw_rqe>>,
+    sq: Ring<Sqe>,
+    rq: Option<Ring<Rqe>>,
     srq: Option<SrqRef<Srq>>,
     scq: CqRef<Cq>,
     rcq: CqRef<Cq>,
@@ -104,7 +105,7 @@ fn invalid(qpn: u32, what: core::fmt::Arguments<'_>) -> Error {
 }
 
 /// The SQ and, without SRQ, the RQ of a QP.
-type Rings = (Ring<b::siw_sqe>, Option<Ring<b::siw_rqe>>);
+type Rings = (Ring<Sqe>, Option<Ring<Rqe>>);
 
 /// Checks the capabilities `cap` asked for QP `qpn` against [`MAX_QP_WR`], [`MAX_SGE`]
 /// and [`MAX_INLINE`]. The RQ depth counts only without SRQ (`srq` false); a user QP
@@ -166,7 +167,7 @@ fn user_rings(u: &mut UserResponse<'_>, qpn: u32, num_sqe: u32, num_rqe: u32) ->
         // SIW_INVAL_UOBJ_KEY even for QPs with an SRQ.
         (None, 0)
     };
-    let resp = b::siw_uresp_create_qp {
+    let resp = CreateQpResp {
         qp_id: qpn,
         num_sqe,
         num_rqe,

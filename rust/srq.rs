@@ -11,11 +11,11 @@
 //! A QP using an SRQ that enters ERROR does not flush the SRQ's RQEs: they belong to the
 //! SRQ and stay available to its other QPs (the QP reports `IB_EVENT_QP_LAST_WQE_REACHED`).
 
+use crate::abi::{CreateSrqResp, Rqe};
 use crate::device::Device;
 use crate::limits::Object;
 use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::qp::{build_rqe, MAX_SGE};
-use crate::sys::bindings as b;
 use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
 use crate::sys::mem::ring::Ring;
 use crate::sys::obj::IbSrq;
@@ -43,7 +43,7 @@ struct State {
 pub(crate) struct Srq {
     user: bool,
     max_sge: u32,
-    ring: Ring<b::siw_rqe>,
+    ring: Ring<Rqe>,
     #[pin]
     state: SpinLockIrq<State>,
 }
@@ -95,7 +95,7 @@ impl SrqOps<Device> for Srq {
         let ring = match udata {
             Some(u) => {
                 let (ring, key) = Ring::new_user(u, n, false)?;
-                u.write(&b::siw_uresp_create_srq {
+                u.write(&CreateSrqResp {
                     num_rqe: n,
                     pad: 0,
                     srq_key: key,

@@ -9,11 +9,12 @@ use super::{
     invalid, Pos, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID,
 };
 use crate::abi::WrOpcode;
+use crate::abi::{Rqe, Sge, Sqe};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::bindings as b;
 use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::{IbCq, IbQp};
-use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
+use crate::sys::wr::{KernelOpcode, PostError, RecvWr, SendFlags, SendWr, WrList};
 use crate::sys::Pod;
 use kernel::prelude::*;
 
@@ -23,12 +24,12 @@ use kernel::prelude::*;
 /// # Errors
 ///
 /// `EINVAL` for a negative or too large SGE count, or SGE lengths summing beyond 4 GiB.
-pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<b::siw_rqe> {
+pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<Rqe> {
     let n = u32::try_from(wr.num_sge()).map_err(|_| EINVAL)?;
     if n > max_sge {
         return Err(EINVAL);
     }
-    let mut rqe = b::siw_rqe::zeroed();
+    let mut rqe = Rqe::zeroed();
     rqe.id = wr.wr_id();
     rqe.num_sge = n as u8;
     copy_sges(&mut rqe.sge, wr.sges()).ok_or(EINVAL)?;
@@ -37,11 +38,11 @@ pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<b::siw_rqe> {
 
 /// Copies the SGEs of a kernel WR into the SGE array of a ring slot (as far as it
 /// reaches). Returns `None` if their lengths sum beyond 4 GiB.
-fn copy_sges(dst: &mut [b::siw_sge], src: &[b::ib_sge]) -> Option<()> {
+fn copy_sges(dst: &mut [Sge], src: &[b::ib_sge]) -> Option<()> {
     let mut total = 0u32;
     for (d, s) in dst.iter_mut().zip(src) {
         total = total.checked_add(s.length)?;
-        *d = b::siw_sge {
+        *d = Sge {
             laddr: s.addr,
             length: s.length,
             lkey: s.lkey,
@@ -52,7 +53,7 @@ fn copy_sges(dst: &mut [b::siw_sge], src: &[b::ib_sge]) -> Option<()> {
 
 /// Packs `data` (at most [`MAX_INLINE`] octets) into `sge[1..]` in memory order, as the
 /// siw library does with `memcpy`.
-pub(super) fn pack_inline(sges: &mut [b::siw_sge; MAX_SGE as usize], data: &[u8]) {
+pub(super) fn pack_inline(sges: &mut [Sge; MAX_SGE as usize], data: &[u8]) {
     let mut buf = [0u8; MAX_INLINE as usize];
     let n = data.len().min(buf.len());
     buf[..n].copy_from_slice(&data[..n]);
@@ -63,7 +64,7 @@ pub(super) fn pack_inline(sges: &mut [b::siw_sge; MAX_SGE as usize], data: &[u8]
         laddr.copy_from_slice(&chunk[0..8]);
         length.copy_from_slice(&chunk[8..12]);
         lkey.copy_from_slice(&chunk[12..16]);
-        sges[k + 1] = b::siw_sge {
+        sges[k + 1] = Sge {
             laddr: u64::from_ne_bytes(laddr),
             length: u32::from_ne_bytes(length),
             lkey: u32::from_ne_bytes(lkey),
@@ -81,7 +82,7 @@ impl Qp {
     /// iWARP), a REG_MR without an MR or with a key that names another MR. LOCAL_INV and
     /// REG_MR become `SIW_OP_INVAL_STAG` / `SIW_OP_REG_MR` SQEs the transport executes in
     /// SQ order (the new STag in `rkey`, REG_MR's rights in `access`).
-    fn build_sqe(&self, qpn: u32, wr: &SendWr) -> Result<b::siw_sqe> {
+    fn build_sqe(&self, qpn: u32, wr: &SendWr) -> Result<Sqe> {
         let n = u32::try_from(wr.num_sge())
             .map_err(|_| invalid(qpn, format_args!("negative num_sge")))?;
         if n > self.caps.send_sge {
@@ -90,44 +91,44 @@ impl Qp {
                 format_args!("{n} SGEs, at most {}", self.caps.send_sge),
             ));
         }
-        let mut sqe = b::siw_sqe::zeroed();
+        let mut sqe = Sqe::zeroed();
         sqe.id = wr.wr_id();
         let f = wr.send_flags();
         let mut flags = self.signal_fence_flags(f);
         let op = wr.opcode();
         let (opcode, may_inline) = match op {
-            b::ib_wr_opcode_IB_WR_SEND => (WrOpcode::Send, true),
-            b::ib_wr_opcode_IB_WR_SEND_WITH_INV => {
+            KernelOpcode::Send => (WrOpcode::Send, true),
+            KernelOpcode::SendWithInv => {
                 sqe.rkey = wr.invalidate_rkey();
                 (WrOpcode::SendRemoteInv, true)
             }
-            b::ib_wr_opcode_IB_WR_RDMA_WRITE => (WrOpcode::Write, true),
-            b::ib_wr_opcode_IB_WR_RDMA_READ | b::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => {
+            KernelOpcode::RdmaWrite => (WrOpcode::Write, true),
+            KernelOpcode::RdmaRead | KernelOpcode::RdmaReadWithInv => {
                 (read_opcode(qpn, op, n)?, false)
             }
-            b::ib_wr_opcode_IB_WR_LOCAL_INV => {
+            KernelOpcode::LocalInv => {
                 sqe.rkey = wr.invalidate_rkey();
                 sqe.flags = flags;
                 sqe.opcode = WrOpcode::InvalStag.raw();
                 return Ok(sqe);
             }
-            b::ib_wr_opcode_IB_WR_REG_MR => return reg_mr_sqe(qpn, wr, sqe, flags),
-            _ => {
+            KernelOpcode::RegMr => return reg_mr_sqe(qpn, wr, sqe, flags),
+            KernelOpcode::Other(op) => {
                 return Err(invalid(
                     qpn,
                     format_args!("opcode {op} is not supported on iWARP"),
                 ))
             }
         };
-        if f & b::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 && opcode != WrOpcode::Write {
+        if f.solicited() && opcode != WrOpcode::Write {
             flags |= SOLICITED;
         }
         if let Some((raddr, rkey)) = wr.rdma() {
             sqe.__bindgen_anon_1.raddr = raddr;
             sqe.rkey = rkey;
         }
-        let mut sges = [b::siw_sge::zeroed(); MAX_SGE as usize];
-        if f & b::ib_send_flags_IB_SEND_INLINE as u32 != 0 && may_inline {
+        let mut sges = [Sge::zeroed(); MAX_SGE as usize];
+        if f.inline() && may_inline {
             let len = inline_sges(qpn, wr, &mut sges)?;
             sqe.num_sge = u8::from(len > 0);
             flags |= INLINE;
@@ -144,12 +145,12 @@ impl Qp {
 
     /// The SQE flags the send flags `f` give WRs of every opcode: [`SIGNALLED`] (always
     /// on a QP that signals all WRs) and [`READ_FENCE`].
-    fn signal_fence_flags(&self, f: u32) -> u16 {
+    fn signal_fence_flags(&self, f: SendFlags) -> u16 {
         let mut flags = 0u16;
-        if f & b::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 || self.sig_all {
+        if f.signaled() || self.sig_all {
             flags |= SIGNALLED;
         }
-        if f & b::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+        if f.fence() {
             flags |= READ_FENCE;
         }
         flags
@@ -189,7 +190,7 @@ impl Qp {
                         complete_flushed(&qp.scq, &Self::flush_cqe(qp, sqe.id, opcode))
                     }
                     Ok(sqe) => {
-                        let slot = b::siw_sqe { flags: 0, ..sqe };
+                        let slot = Sqe { flags: 0, ..sqe };
                         let r = publish(&qp.sq, &mut pos, &slot, sqe.flags | VALID);
                         (Notify::NONE, r)
                     }
@@ -295,14 +296,14 @@ impl Qp {
 ///
 /// `EINVAL` unless it has exactly one SGE: an iWARP Read Request carries one sink STag
 /// (RFC 5040 §4.4).
-fn read_opcode(qpn: u32, op: b::ib_wr_opcode, n: u32) -> Result<WrOpcode> {
+fn read_opcode(qpn: u32, op: KernelOpcode, n: u32) -> Result<WrOpcode> {
     if n != 1 {
         return Err(invalid(
             qpn,
             format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1"),
         ));
     }
-    if op == b::ib_wr_opcode_IB_WR_RDMA_READ {
+    if op == KernelOpcode::RdmaRead {
         Ok(WrOpcode::Read)
     } else {
         Ok(WrOpcode::ReadLocalInv)
@@ -315,7 +316,7 @@ fn read_opcode(qpn: u32, op: b::ib_wr_opcode, n: u32) -> Result<WrOpcode> {
 /// # Errors
 ///
 /// `EINVAL` for a REG_MR without an MR or with a key that names another MR.
-fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: b::siw_sqe, flags: u16) -> Result<b::siw_sqe> {
+fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
     let (lkey, key, access) = wr
         .reg()
         .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
@@ -338,7 +339,7 @@ fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: b::siw_sqe, flags: u16) -> Result<
 /// # Errors
 ///
 /// `EINVAL` for inline data beyond [`MAX_INLINE`] octets.
-fn inline_sges(qpn: u32, wr: &SendWr, sges: &mut [b::siw_sge; MAX_SGE as usize]) -> Result<usize> {
+fn inline_sges(qpn: u32, wr: &SendWr, sges: &mut [Sge; MAX_SGE as usize]) -> Result<usize> {
     let mut data = [0u8; MAX_INLINE as usize];
     let len = wr.copy_inline(&mut data).map_err(|e| {
         invalid(
@@ -347,7 +348,7 @@ fn inline_sges(qpn: u32, wr: &SendWr, sges: &mut [b::siw_sge; MAX_SGE as usize])
         )
     })?;
     pack_inline(sges, &data[..len]);
-    sges[0] = b::siw_sge {
+    sges[0] = Sge {
         laddr: 0,
         length: len as u32,
         lkey: 0,

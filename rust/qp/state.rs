@@ -19,9 +19,9 @@
 //! `modify_qp` into a state the table does not allow.
 
 use super::{invalid, Pos, Qp, VALID};
+use crate::abi::Rqe;
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
-use crate::sys::bindings as b;
 use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::{IbQp, QpEvent};
@@ -161,7 +161,7 @@ impl Qp {
     }
 
     /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
-    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<b::siw_rqe>, pos: &mut Pos) -> Notify {
+    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> Notify {
         let mut notify = Notify::NONE;
         for _ in 0..ring.size() {
             let idx = pos.get;

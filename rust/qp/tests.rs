@@ -7,6 +7,7 @@
 #[kernel::prelude::kunit_tests(rsiw_verbs)]
 mod suite {
     use crate::abi::WrOpcode;
+    use crate::abi::{Rqe, Sge, Sqe};
     use crate::qp::post::pack_inline;
     use crate::qp::state::{check_transition, State};
     use crate::qp::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
@@ -14,12 +15,12 @@ mod suite {
     use crate::sys::bindings as b;
     use crate::sys::Pod;
 
-    fn sqe(op: u32, flags: u16, num_sge: u8, len0: u32) -> b::siw_sqe {
-        let mut s = b::siw_sqe::zeroed();
+    fn sqe(op: u32, flags: u16, num_sge: u8, len0: u32) -> Sqe {
+        let mut s = Sqe::zeroed();
         s.opcode = op as u8;
         s.flags = flags | VALID;
         s.num_sge = num_sge;
-        let mut g = [b::siw_sge::zeroed(); MAX_SGE as usize];
+        let mut g = [Sge::zeroed(); MAX_SGE as usize];
         g[0].length = len0;
         s.__bindgen_anon_2.sge = g;
         s
@@ -86,7 +87,7 @@ mod suite {
 
     #[test]
     fn hostile_rqes_are_refused() {
-        let mut r = b::siw_rqe::zeroed();
+        let mut r = Rqe::zeroed();
         r.id = 42;
         r.num_sge = MAX_SGE as u8;
         assert_eq!(
@@ -153,7 +154,7 @@ mod suite {
     #[test]
     fn inline_data_lands_in_sge_1_onwards() {
         let data: [u8; MAX_INLINE as usize] = core::array::from_fn(|i| i as u8 ^ 0x5a);
-        let mut sges = [b::siw_sge::zeroed(); MAX_SGE as usize];
+        let mut sges = [Sge::zeroed(); MAX_SGE as usize];
         pack_inline(&mut sges, &data);
         let mut back = [0u8; MAX_INLINE as usize];
         for (k, s) in sges[1..].iter().enumerate() {

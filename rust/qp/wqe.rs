@@ -27,10 +27,10 @@
 
 use super::state::State;
 use super::{Qp, INLINE, MAX_INLINE, MAX_SGE, SIGNALLED, VALID};
+use crate::abi::{Rqe, Sge, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
-use crate::sys::bindings as b;
 use crate::sys::mem::ring::{sqe_raddr, sqe_sges};
 use crate::sys::obj::IbQp;
 use crate::sys::pr_err_ratelimited;
@@ -66,7 +66,7 @@ pub(crate) struct SendWqe {
     pub(crate) raddr: u64,
     /// Without INLINE: `num_sge` (at most [`MAX_SGE`]) local SGEs.
     num_sge: u8,
-    sge: [b::siw_sge; MAX_SGE as usize],
+    sge: [Sge; MAX_SGE as usize],
 }
 
 /// Inline payload of a send WQE.
@@ -95,7 +95,7 @@ impl SendWqe {
     }
 
     /// The local SGEs (empty for inline WQEs).
-    pub(crate) fn sges(&self) -> &[b::siw_sge] {
+    pub(crate) fn sges(&self) -> &[Sge] {
         if self.flags & INLINE != 0 {
             &[]
         } else {
@@ -151,12 +151,12 @@ pub(crate) struct RecvWqe {
     /// The consumer's `wr_id`.
     pub(crate) id: u64,
     num_sge: u8,
-    sge: [b::siw_sge; MAX_SGE as usize],
+    sge: [Sge; MAX_SGE as usize],
 }
 
 impl RecvWqe {
     /// The buffers to place the message into (at most [`MAX_SGE`]).
-    pub(crate) fn sges(&self) -> &[b::siw_sge] {
+    pub(crate) fn sges(&self) -> &[Sge] {
         &self.sge[..usize::from(self.num_sge)]
     }
 }
@@ -181,7 +181,7 @@ pub(crate) struct Stale;
 /// # Errors
 ///
 /// [`BadSqe`] naming the first problem.
-pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result<SendWqe, BadSqe> {
+pub(crate) fn decode_sqe(raw: &Sqe, kernel: bool, slot: SqSlot) -> Result<SendWqe, BadSqe> {
     let bad = |reason| BadSqe {
         slot,
         id: raw.id,
@@ -227,7 +227,7 @@ pub(crate) fn decode_sqe(raw: &b::siw_sqe, kernel: bool, slot: SqSlot) -> Result
 /// # Errors
 ///
 /// [`BadRqe`] for too many SGEs.
-pub(crate) fn decode_rqe(raw: &b::siw_rqe) -> Result<RecvWqe, BadRqe> {
+pub(crate) fn decode_rqe(raw: &Rqe) -> Result<RecvWqe, BadRqe> {
     if u32::from(raw.num_sge) > MAX_SGE {
         return Err(BadRqe {
             id: raw.id,
@@ -335,7 +335,7 @@ impl Qp {
             rkey: 0,
             raddr: 0,
             num_sge: 0,
-            sge: [b::siw_sge {
+            sge: [Sge {
                 laddr: 0,
                 length: 0,
                 lkey: 0,

@@ -16,6 +16,72 @@ use kernel::prelude::*;
 #[repr(transparent)]
 pub(crate) struct SendWr(bindings::ib_send_wr);
 
+/// The opcode of a kernel consumer's send WR (`enum ib_wr_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KernelOpcode {
+    /// `IB_WR_SEND`.
+    Send,
+    /// `IB_WR_SEND_WITH_INV`: Send with Invalidate of the peer's STag.
+    SendWithInv,
+    /// `IB_WR_RDMA_WRITE`.
+    RdmaWrite,
+    /// `IB_WR_RDMA_READ`.
+    RdmaRead,
+    /// `IB_WR_RDMA_READ_WITH_INV`: RDMA Read, then invalidate the local sink STag.
+    RdmaReadWithInv,
+    /// `IB_WR_LOCAL_INV`.
+    LocalInv,
+    /// `IB_WR_REG_MR`: fast registration.
+    RegMr,
+    /// Any other opcode (atomics, immediate data, ...), by its value.
+    Other(u32),
+}
+
+impl KernelOpcode {
+    fn from_raw(op: bindings::ib_wr_opcode) -> Self {
+        match op {
+            bindings::ib_wr_opcode_IB_WR_SEND => Self::Send,
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV => Self::SendWithInv,
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE => Self::RdmaWrite,
+            bindings::ib_wr_opcode_IB_WR_RDMA_READ => Self::RdmaRead,
+            bindings::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV => Self::RdmaReadWithInv,
+            bindings::ib_wr_opcode_IB_WR_LOCAL_INV => Self::LocalInv,
+            bindings::ib_wr_opcode_IB_WR_REG_MR => Self::RegMr,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// The send flags of a kernel consumer's send WR (`IB_SEND_*`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendFlags(u32);
+
+impl SendFlags {
+    fn has(self, flag: bindings::ib_send_flags) -> bool {
+        self.0 & flag as u32 != 0
+    }
+
+    /// `IB_SEND_SIGNALED`: the WR completes with a CQE.
+    pub(crate) fn signaled(self) -> bool {
+        self.has(bindings::ib_send_flags_IB_SEND_SIGNALED)
+    }
+
+    /// `IB_SEND_SOLICITED`: the peer's consumer is to be woken.
+    pub(crate) fn solicited(self) -> bool {
+        self.has(bindings::ib_send_flags_IB_SEND_SOLICITED)
+    }
+
+    /// `IB_SEND_INLINE`: the data is copied at post time.
+    pub(crate) fn inline(self) -> bool {
+        self.has(bindings::ib_send_flags_IB_SEND_INLINE)
+    }
+
+    /// `IB_SEND_FENCE`: wait for earlier RDMA Reads.
+    pub(crate) fn fence(self) -> bool {
+        self.has(bindings::ib_send_flags_IB_SEND_FENCE)
+    }
+}
+
 /// A receive work request of a kernel consumer.
 #[repr(transparent)]
 pub(crate) struct RecvWr(bindings::ib_recv_wr);
@@ -41,14 +107,14 @@ impl SendWr {
         unsafe { self.0.__bindgen_anon_1.wr_id }
     }
 
-    /// The opcode (`IB_WR_*`).
-    pub(crate) fn opcode(&self) -> bindings::ib_wr_opcode {
-        self.0.opcode
+    /// The opcode.
+    pub(crate) fn opcode(&self) -> KernelOpcode {
+        KernelOpcode::from_raw(self.0.opcode)
     }
 
     /// The send flags (`IB_SEND_*`).
-    pub(crate) fn send_flags(&self) -> u32 {
-        self.0.send_flags as u32
+    pub(crate) fn send_flags(&self) -> SendFlags {
+        SendFlags(self.0.send_flags as u32)
     }
 
     /// The number of SGEs the consumer claims (may be negative or too large: validate).
