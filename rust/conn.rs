@@ -56,7 +56,7 @@ use crate::mem::MrRef;
 use crate::qp::Qp;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
-use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockRef, Socket};
+use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockLock, SockRef, Socket};
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::pr_warn_ratelimited;
 use crate::sys::Live;
@@ -145,7 +145,7 @@ fn session_config(ird: u32, ord: u32) -> SessionConfig {
 }
 
 /// A local SGE resolved to its memory region.
-struct Piece {
+struct ResolvedSge {
     mr: MrRef,
     to: u64,
     len: u32,
@@ -514,7 +514,7 @@ impl Conn {
         // below, anything still queued. Other runs leave the socket to the callback.
         if let Some(sock) = g.sock.as_ref() {
             if !g.drained || sock.state() != tcp_state::ESTABLISHED {
-                this.receive(sock, false);
+                this.receive(sock, SockLock::Take);
             }
             g.drained = true;
         }
@@ -556,7 +556,7 @@ impl SockEvents for Conn {
     fn event(this: ArcBorrow<'_, Self>, sock: SockRef<'_>, ev: SockEvent) {
         // Data is placed right here, in the receive path; the work item runs only when
         // the transmit half has something to do or the socket's state changed.
-        if ev == SockEvent::DataReady && !this.receive(&sock, true) {
+        if ev == SockEvent::DataReady && !this.receive(&sock, SockLock::Held) {
             return;
         }
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));

@@ -20,7 +20,7 @@ use crate::device::Device;
 use crate::limits::Object;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{CqAttr, CqNotify, CqOps, IbDevice};
-use crate::sys::mem::ring::{cqe_inval_stag, cqe_qp, Ring};
+use crate::sys::mem::ring::{cqe_inval_stag, cqe_qp, Ring, Tail};
 use crate::sys::obj::IbCq;
 use crate::sys::udata::UserResponse;
 use crate::sys::Pod;
@@ -152,7 +152,7 @@ impl CqOps<Device> for Cq {
         let user = udata.is_some();
         let ring = match udata {
             Some(u) => {
-                let (ring, key) = Ring::new_user(u, n, true)?;
+                let (ring, key) = Ring::new_user(u, n, Tail::CqCtrl)?;
                 // The CQ id only labels the CQ in user-space diagnostics.
                 let resp = CreateCqResp {
                     cq_id: crate::sys::random_u32(),
@@ -162,7 +162,7 @@ impl CqOps<Device> for Cq {
                 u.write(&resp)?;
                 ring
             }
-            None => Ring::new_kernel(n, true)?,
+            None => Ring::new_kernel(n, Tail::CqCtrl)?,
         };
         slot.keep();
         Ok((

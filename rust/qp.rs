@@ -34,7 +34,7 @@ use crate::limits::Object;
 use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps};
-use crate::sys::mem::ring::Ring;
+use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
@@ -158,9 +158,9 @@ fn check_caps(qpn: u32, cap: &QpCap, srq: bool, user: bool) -> Result {
 ///
 /// `ENOMEM`; `EFAULT` if the response cannot be copied.
 fn user_rings(u: &mut UserResponse<'_>, qpn: u32, num_sqe: u32, num_rqe: u32) -> Result<Rings> {
-    let (sq, sq_key) = Ring::new_user(u, num_sqe, false)?;
+    let (sq, sq_key) = Ring::new_user(u, num_sqe, Tail::None)?;
     let (rq, rq_key) = if num_rqe > 0 {
-        let (r, k) = Ring::new_user(u, num_rqe, false)?;
+        let (r, k) = Ring::new_user(u, num_rqe, Tail::None)?;
         (Some(r), k)
     } else {
         // Not mapped (SRQ): the siw library does not map an RQ then, and it rejects
@@ -185,9 +185,9 @@ fn user_rings(u: &mut UserResponse<'_>, qpn: u32, num_sqe: u32, num_rqe: u32) ->
 ///
 /// `ENOMEM`.
 fn kernel_rings(num_sqe: u32, num_rqe: u32) -> Result<Rings> {
-    let sq = Ring::new_kernel(num_sqe, false)?;
+    let sq = Ring::new_kernel(num_sqe, Tail::None)?;
     let rq = if num_rqe > 0 {
-        Some(Ring::new_kernel(num_rqe, false)?)
+        Some(Ring::new_kernel(num_rqe, Tail::None)?)
     } else {
         None
     };

@@ -17,7 +17,7 @@ use crate::limits::Object;
 use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
-use crate::sys::mem::ring::Ring;
+use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::IbSrq;
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
@@ -31,7 +31,7 @@ pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
 use crate::abi::wqe_flags::VALID;
 
 /// Positions and the limit arm, under the SRQ lock.
-struct State {
+struct Posting {
     put: u32,
     get: u32,
     limit: u32,
@@ -45,7 +45,7 @@ pub(crate) struct Srq {
     max_sge: u32,
     ring: Ring<Rqe>,
     #[pin]
-    state: SpinLockIrq<State>,
+    posting: SpinLockIrq<Posting>,
 }
 
 #[track_caller]
@@ -94,7 +94,7 @@ impl SrqOps<Device> for Srq {
         let user = udata.is_some();
         let ring = match udata {
             Some(u) => {
-                let (ring, key) = Ring::new_user(u, n, false)?;
+                let (ring, key) = Ring::new_user(u, n, Tail::None)?;
                 u.write(&CreateSrqResp {
                     num_rqe: n,
                     pad: 0,
@@ -102,7 +102,7 @@ impl SrqOps<Device> for Srq {
                 })?;
                 ring
             }
-            None => Ring::new_kernel(n, false)?,
+            None => Ring::new_kernel(n, Tail::None)?,
         };
         slot.keep();
         Ok((
@@ -111,8 +111,8 @@ impl SrqOps<Device> for Srq {
             user,
             max_sge: a.max_sge,
             ring,
-            state <- new_spinlock_irq!(
-                State { put: 0, get: 0, limit: a.limit, armed: a.limit > 0 },
+            posting <- new_spinlock_irq!(
+                Posting { put: 0, get: 0, limit: a.limit, armed: a.limit > 0 },
                 "rsiw_srq"
             ),
         }? Error),
@@ -138,7 +138,7 @@ impl SrqOps<Device> for Srq {
             return Err(EOPNOTSUPP);
         }
         if let Some(limit) = change.limit {
-            let mut st = srq.state.lock();
+            let mut st = srq.posting.lock();
             if limit > srq.ring.size() {
                 return Err(invalid(format_args!(
                     "srq_limit {limit} above the SRQ size {}",
@@ -154,7 +154,7 @@ impl SrqOps<Device> for Srq {
     /// `query_srq`: the granted depth, the SGE limit and the current limit (the value last
     /// set, armed or not).
     fn query(srq: &IbSrq<Srq>) -> SrqAttr {
-        let st = srq.state.lock();
+        let st = srq.posting.lock();
         SrqAttr {
             max_wr: srq.ring.size(),
             max_sge: srq.max_sge,
@@ -176,7 +176,7 @@ impl SrqOps<Device> for Srq {
                 first,
             ));
         }
-        let mut st = srq.state.lock();
+        let mut st = srq.posting.lock();
         for wr in wrs {
             let rqe = build_rqe(wr, srq.max_sge).map_err(|e| {
                 PostError::at(
@@ -206,7 +206,7 @@ impl Srq {
     /// held.
     pub(crate) fn take_rqe(srq: &IbSrq<Srq>) -> Option<Result<RecvWqe, BadRqe>> {
         let (wqe, fire) = {
-            let mut st = srq.state.lock();
+            let mut st = srq.posting.lock();
             let idx = st.get;
             if srq.ring.flags(idx) & VALID == 0 {
                 return None;

@@ -11,7 +11,9 @@ use crate::engine::ddp_tx::DdpTx;
 use crate::engine::startup::{Action, Startup, Status};
 use crate::sys::ibdev::{CepOps, IbDevice};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
-use crate::sys::net::socket::{tcp_state, SockAddr, SockEvent, SockEvents, SockRef, Socket};
+use crate::sys::net::socket::{
+    tcp_state, SockAddr, SockEvent, SockEvents, SockLock, SockRef, Socket,
+};
 use crate::sys::pr_warn_ratelimited;
 use crate::sys::Live;
 use crate::timer::Armed;
@@ -27,7 +29,7 @@ use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 /// Where a CEP is in its life.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum State {
+enum CepState {
     /// Active: MPA Request sent (or being sent), waiting for the Reply.
     AwaitReply,
     /// Passive: waiting for the peer's MPA Request.
@@ -45,7 +47,7 @@ enum State {
 
 /// The mutable part of a CEP.
 struct Inner {
-    state: State,
+    state: CepState,
     sock: Option<Socket>,
     startup: Option<KBox<Startup>>,
     /// Active: the connecting id. Passive: the new id once accepted.
@@ -98,7 +100,7 @@ impl HrTimerCallback for Cep {
 
 impl Cep {
     fn new(
-        state: State,
+        state: CepState,
         id: Option<CmId<Device>>,
         listener: Option<Arc<Listener>>,
     ) -> Result<Arc<Self>> {
@@ -132,7 +134,7 @@ impl Cep {
             GFP_KERNEL,
         )?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let cep = Self::new(State::AwaitRequest, None, Some(listener.clone()))?;
+        let cep = Self::new(CepState::AwaitRequest, None, Some(listener.clone()))?;
         if !listener.adopt(&cep) {
             return Err(ECONNABORTED);
         }
@@ -172,7 +174,7 @@ impl Cep {
             pr_warn_ratelimited!("connect: TCP connect failed ({e:?})\n");
         })?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let cep = Self::new(State::AwaitReply, Some(id), None)?;
+        let cep = Self::new(CepState::AwaitReply, Some(id), None)?;
         sock.attach(cep.clone(), None)?;
         {
             let mut g = cep.inner.lock();
@@ -219,7 +221,7 @@ impl Cep {
             Status::AwaitingRtr => {
                 // Seed draft: the transport starts once the Rtr frame arrived (the work
                 // item); it may be in the socket already.
-                g.state = State::AwaitRtr;
+                g.state = CepState::AwaitRtr;
                 Self::arm_timer(this, g);
                 let _ = crate::sys::queue().enqueue(this.clone());
                 Ok(())
@@ -247,7 +249,7 @@ impl Cep {
         let sock = g.sock.take().ok_or(ENOTCONN)?;
         let addrs = g.addrs;
         g.startup = None;
-        g.state = State::Established;
+        g.state = CepState::Established;
         g.timer = None;
         Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
             let ev = CmEvent {
@@ -282,7 +284,7 @@ impl Cep {
             return Status::Rejected;
         };
         let mut buf = [0u8; 128];
-        let _ = sock.read(false, |chunk| {
+        let _ = sock.read(SockLock::Take, |chunk| {
             let mut used = 0;
             while used < chunk.len() {
                 let n = (chunk.len() - used).min(buf.len());
@@ -329,7 +331,7 @@ impl Cep {
         let sock = g.sock.take().ok_or(ENOTCONN)?;
         let addrs = g.addrs;
         g.startup = None;
-        g.state = State::Established;
+        g.state = CepState::Established;
         g.timer = None;
         Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
             let ev = CmEvent {
@@ -383,7 +385,7 @@ impl Cep {
     /// the MPA Request (no consumer knows it).
     pub(super) fn close_pending(this: &Arc<Self>) {
         let mut g = this.inner.lock();
-        if g.state == State::AwaitRequest {
+        if g.state == CepState::AwaitRequest {
             Self::close_locked(this, &mut g);
         }
     }
@@ -392,7 +394,7 @@ impl Cep {
         // Cancels the timer (its callback takes no lock); the caller holds a reference,
         // so this is not the CEP's last.
         g.timer = None;
-        g.state = State::Closed;
+        g.state = CepState::Closed;
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
         }
@@ -431,17 +433,17 @@ impl Cep {
             return false;
         }
         match g.state {
-            State::AwaitRequest => {
+            CepState::AwaitRequest => {
                 pr_warn_ratelimited!("listen: no MPA Request within mpa_timeout_ms, closing\n");
                 Self::close_locked(this, g);
                 true
             }
-            State::AwaitReply => {
+            CepState::AwaitReply => {
                 pr_warn_ratelimited!("connect: no MPA Reply within mpa_timeout_ms\n");
                 Self::fail_connect(this, g, ETIMEDOUT.to_errno(), &[]);
                 true
             }
-            State::AwaitRtr => {
+            CepState::AwaitRtr => {
                 pr_warn_ratelimited!("accept: no Rtr frame within mpa_timeout_ms\n");
                 Self::fail_accepted(this, g);
                 true
@@ -458,11 +460,11 @@ impl Cep {
             return;
         }
         match g.state {
-            State::AwaitRequest => Self::await_request(this, g),
-            State::AwaitReply => Self::await_reply(this, g),
-            State::AwaitRtr => Self::await_rtr(this, g),
-            State::AwaitAccept => Self::close_if_peer_left(this, g),
-            State::Established | State::Closed => {}
+            CepState::AwaitRequest => Self::await_request(this, g),
+            CepState::AwaitReply => Self::await_reply(this, g),
+            CepState::AwaitRtr => Self::await_rtr(this, g),
+            CepState::AwaitAccept => Self::close_if_peer_left(this, g),
+            CepState::Established | CepState::Closed => {}
         }
     }
 
@@ -505,7 +507,7 @@ impl Cep {
             ird,
             ord,
         };
-        g.state = State::AwaitAccept;
+        g.state = CepState::AwaitAccept;
         g.timer = None;
         if l.id.connect_request(&ev, this.clone()).is_err() {
             Self::close_locked(this, g);
@@ -621,7 +623,7 @@ impl CepOps<Device> for Cep {
     /// connection is closed on error.
     fn accept(this: Arc<Self>, id: CmId<Device>, param: ConnParam) -> Result {
         let mut g = this.inner.lock();
-        if g.state != State::AwaitAccept {
+        if g.state != CepState::AwaitAccept {
             return Err(EINVAL);
         }
         let r = Self::do_accept(&this, &mut g, id, &param);
@@ -636,14 +638,14 @@ impl CepOps<Device> for Cep {
     /// `iw_reject`: sends an MPA Reply with R=1 and the consumer's private data, then closes.
     fn reject(this: Arc<Self>, pdata: &[u8]) -> Result {
         let mut g = this.inner.lock();
-        if g.state == State::AwaitRtr {
+        if g.state == CepState::AwaitRtr {
             // The consumer destroyed its id while the Rtr frame was awaited (iw_cm then
             // rejects): the Reply is out already, the connection just closes.
             g.id = None;
             Self::close_locked(&this, &mut g);
             return Ok(());
         }
-        if g.state != State::AwaitAccept {
+        if g.state != CepState::AwaitAccept {
             return Err(EINVAL);
         }
         let r = match g.startup.as_mut() {

@@ -4,15 +4,15 @@
 //! [`Session`], payload placed from the socket buffers straight into registered memory
 //! where the session's decoder validated it, receives and Reads completed.
 //!
-//! It runs in the socket's data-ready callback ([`Conn::receive`] with `locked`): in
-//! softirq, or in the process context of whoever releases the socket lock (TCP then
+//! It runs in the socket's data-ready callback ([`Conn::receive`] with
+//! [`SockLock::Held`]): in softirq, or in the process context of whoever releases the socket lock (TCP then
 //! processes its backlog), and from the work item (which locks the socket) for data that
 //! arrived before the callback was attached. Its state, [`RxSide`], sits under a spinlock
 //! that disables interrupts, taken per socket buffer chunk: never held across a call into
 //! the socket layer by the transmit half, which takes it briefly for what the two share.
 //! Nothing here sleeps or allocates with `GFP_KERNEL`.
 
-use super::{Conn, Piece};
+use super::{Conn, ResolvedSge};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
@@ -26,7 +26,7 @@ use crate::qp::wqe::SendWqe;
 use crate::qp::Qp;
 use crate::sys::ibdev::QpRef;
 use crate::sys::mem::kmem::crc32c_kva;
-use crate::sys::net::socket::{SkbChunk, SockOps};
+use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};
 use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
 use crate::wire::rdmap::RdmapError;
@@ -38,7 +38,7 @@ use kernel::prelude::*;
 pub(super) struct RxMsg {
     pub(super) id: u64,
     msn: u32,
-    pieces: KVec<Piece>,
+    pieces: KVec<ResolvedSge>,
     total: u64,
 }
 
@@ -59,13 +59,13 @@ pub(super) struct RxSide {
 
 impl Conn {
     /// Feeds what the socket holds to the session, chunk by chunk, each under the receive
-    /// lock. `locked`: called from the socket's data-ready callback (the socket is locked
-    /// by the receive path); otherwise the socket is locked here, which may sleep. Returns
-    /// whether the transmit half has new work (see [`Session::handle_rx`]).
-    pub(super) fn receive(&self, sock: &SockOps, locked: bool) -> bool {
+    /// lock. [`SockLock::Held`]: called from the socket's data-ready callback (the socket is
+    /// locked by the receive path); with [`SockLock::Take`] it is locked here, which may
+    /// sleep. Returns whether the transmit half has new work (see [`Session::handle_rx`]).
+    pub(super) fn receive(&self, sock: &SockOps, lock: SockLock) -> bool {
         let mut wake = false;
         let now = self.now_ms();
-        let _ = sock.read(locked, |chunk| {
+        let _ = sock.read(lock, |chunk| {
             let mut r = self.rx.lock();
             wake |= r.process(chunk, now);
             chunk.len()
@@ -142,7 +142,7 @@ impl RxCtx<'_> {
     fn place_pieces(
         chunk: &SkbChunk<'_>,
         mut pos: usize,
-        pieces: &[Piece],
+        pieces: &[ResolvedSge],
         mut at: u64,
         mut len: usize,
         mut crc: Option<&mut u32>,
@@ -219,7 +219,7 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     .device()
                     .lookup_stag(stag, self.ctx.pd, access_bits(access), to, len as u64)
                     .map_err(|_| PlaceError)?;
-                let piece = [Piece {
+                let piece = [ResolvedSge {
                     mr,
                     to,
                     len: u32::try_from(len).map_err(|_| PlaceError)?,
@@ -339,7 +339,7 @@ impl RxCtx<'_> {
                 .device()
                 .lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
                 .map_err(|_| fail(w.id, WcStatus::LocProtErr))?;
-            let piece = Piece {
+            let piece = ResolvedSge {
                 mr,
                 to: s.laddr,
                 len: s.length,

@@ -5,7 +5,7 @@
 //! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
 use super::tx_fpdu::{FpduBufs, FpduSink, TxFpdu};
-use super::{Conn, Inner, Piece, Reason};
+use super::{Conn, Inner, Reason, ResolvedSge};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
@@ -33,7 +33,7 @@ pub(super) enum Payload {
         off: usize,
     },
     Pieces {
-        list: KVec<Piece>,
+        list: KVec<ResolvedSge>,
         idx: usize,
         off: u32,
     },
@@ -545,7 +545,7 @@ fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, status: WcStatus) -> bool 
 
 /// The local SGEs of SQE `w` with payload, resolved to their memory regions; otherwise
 /// the status to complete it with.
-fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Piece>, WcStatus> {
+fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<ResolvedSge>, WcStatus> {
     let mut list =
         KVec::with_capacity(w.sges().len(), GFP_KERNEL).map_err(|_| WcStatus::GeneralErr)?;
     for s in w.sges() {
@@ -557,7 +557,7 @@ fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Piece>
             .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
             .map_err(|_| WcStatus::LocProtErr)?;
         list.push(
-            Piece {
+            ResolvedSge {
                 mr,
                 to: s.laddr,
                 len: s.length,
@@ -606,7 +606,7 @@ fn resolve_range(
         .device()
         .lookup_stag(stag, pd, access, to, u64::from(len))?;
     let mut list = KVec::new();
-    list.push(Piece { mr, to, len }, GFP_KERNEL)
+    list.push(ResolvedSge { mr, to, len }, GFP_KERNEL)
         .map_err(|_| TaggedCheck::InvalidStag)?;
     Ok(Payload::Pieces {
         list,

@@ -141,6 +141,15 @@ enum Backing {
     User(#[allow(dead_code, reason = "keeps the entry (and memory) alive")] MmapEntry),
 }
 
+/// What follows the elements of a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Nothing (SQ, RQ, SRQ).
+    None,
+    /// The CQ's control word (`struct siw_cq_ctrl`: the arm state user space sets).
+    CqCtrl,
+}
+
 /// A ring of `n` elements of type `E`, optionally followed by one 32-bit control word
 /// (the CQ's `struct siw_cq_ctrl`).
 ///
@@ -163,8 +172,8 @@ unsafe impl<E: RingElem> Send for Ring<E> {}
 unsafe impl<E: RingElem> Sync for Ring<E> {}
 
 /// Returns the octet length of a ring of `n` elements (and a control word).
-fn ring_len<E>(n: u32, ctrl: bool) -> Result<usize> {
-    let extra = if ctrl {
+fn ring_len<E>(n: u32, tail: Tail) -> Result<usize> {
+    let extra = if tail == Tail::CqCtrl {
         core::mem::size_of::<bindings::siw_cq_ctrl>()
     } else {
         0
@@ -177,16 +186,17 @@ fn ring_len<E>(n: u32, ctrl: bool) -> Result<usize> {
 
 impl<E: RingElem> Ring<E> {
     /// Allocates a zeroed kernel-only ring of `n` elements (a power of two), followed by a
-    /// `siw_cq_ctrl` word if `ctrl`.
+    /// `siw_cq_ctrl` word with [`Tail::CqCtrl`].
     ///
     /// # Errors
     ///
     /// `EINVAL` if `n` is not a power of two (or the size overflows); `ENOMEM`.
-    pub(crate) fn new_kernel(n: u32, ctrl: bool) -> Result<Self> {
+    pub(crate) fn new_kernel(n: u32, tail: Tail) -> Result<Self> {
         if !n.is_power_of_two() {
             return Err(EINVAL);
         }
-        let buf = VBuf::new(ring_len::<E>(n, ctrl)?, false)?;
+        let ctrl = tail == Tail::CqCtrl;
+        let buf = VBuf::new(ring_len::<E>(n, tail)?, false)?;
         let base = NonNull::new(buf.as_ptr().cast::<E>()).ok_or(ENOMEM)?;
         // INVARIANT: the buffer has the length computed above and is owned by `backing`.
         Ok(Self {
@@ -198,8 +208,8 @@ impl<E: RingElem> Ring<E> {
         })
     }
 
-    /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word if
-    /// `ctrl`) that the user context of `udata` can map; returns it and the mmap offset (the
+    /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word
+    /// with [`Tail::CqCtrl`]) that the user context of `udata` can map; returns it and the mmap offset (the
     /// siw ABI's `*_key`). Dropping the ring removes the mapping offset; pages a process
     /// still maps stay valid until it unmaps them.
     ///
@@ -207,11 +217,12 @@ impl<E: RingElem> Ring<E> {
     ///
     /// `EINVAL` if `n` is not a power of two or there is no user context; `ENOMEM`; the
     /// error of `rdma_user_mmap_entry_insert`.
-    pub(crate) fn new_user(udata: &UserResponse<'_>, n: u32, ctrl: bool) -> Result<(Self, u64)> {
+    pub(crate) fn new_user(udata: &UserResponse<'_>, n: u32, tail: Tail) -> Result<(Self, u64)> {
+        let ctrl = tail == Tail::CqCtrl;
         if !n.is_power_of_two() {
             return Err(EINVAL);
         }
-        let buf = VBuf::new(ring_len::<E>(n, ctrl)?, true)?;
+        let buf = VBuf::new(ring_len::<E>(n, tail)?, true)?;
         let base = NonNull::new(buf.as_ptr().cast::<E>()).ok_or(ENOMEM)?;
         let (entry, key) = MmapEntry::insert(udata, buf)?;
         // INVARIANT: the entry owns the buffer (its address does not change when moved

@@ -50,6 +50,15 @@ pub(crate) mod tcp_state {
 #[derive(Clone, Copy)]
 pub(crate) struct SockAddr(b::__kernel_sockaddr_storage);
 
+/// Who holds a socket's lock for [`SockOps::read`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SockLock {
+    /// The caller: the socket's receive path or an owner of the socket lock.
+    Held,
+    /// Nobody: the read takes it (and may sleep).
+    Take,
+}
+
 // SAFETY: plain data; the pointer in the storage union only forces its alignment.
 unsafe impl Send for SockAddr {}
 // SAFETY: as above.
@@ -470,19 +479,20 @@ impl SockOps {
 
     /// Reads the receive queue through `tcp_read_sock()`: `actor` gets each chunk of data
     /// in stream order and returns how many octets of it it consumed; reading stops at the
-    /// first chunk not consumed entirely (the rest stays queued). `locked`: the caller is
-    /// the socket's receive path ([`SockEvents::event`] for `DataReady`) or owns the
-    /// socket lock; otherwise the socket is locked for the read (may sleep). Returns the
-    /// octets consumed.
+    /// first chunk not consumed entirely (the rest stays queued). With [`SockLock::Held`]
+    /// the caller is the socket's receive path ([`SockEvents::event`] for `DataReady`) or
+    /// owns the socket lock; with [`SockLock::Take`] the socket is locked for the read (may
+    /// sleep). Returns the octets consumed.
     ///
     /// # Errors
     ///
     /// `ENOTCONN` on a socket that is not connected.
     pub(crate) fn read<F: FnMut(&SkbChunk<'_>) -> usize>(
         &self,
-        locked: bool,
+        lock: SockLock,
         mut actor: F,
     ) -> Result<usize> {
+        let locked = lock == SockLock::Held;
         let ctx: *mut F = &mut actor;
         // SAFETY: valid socket; `read_actor_c::<F>` receives `ctx`, a live `F`, only during
         // this call.
