@@ -236,27 +236,39 @@ impl Cep {
     /// Passive side, MPA startup complete (after the Reply, or the draft Rtr frame): the
     /// transport takes the connection on the accepting QP and iw_cm gets ESTABLISHED.
     fn passive_established(g: &mut Inner) -> Result {
+        Self::hand_over(g, CmEventKind::Established)
+    }
+
+    /// MPA startup complete: the transport takes the connection on the consumer's QP, with
+    /// the IRD and ORD the peers agreed (RFC 6581 §9.1) or else the consumer's, and iw_cm
+    /// gets `kind`: ESTABLISHED on the passive side, CONNECT_REPLY with status 0 and the
+    /// peer's private data on the active side.
+    fn hand_over(g: &mut Inner, kind: CmEventKind) -> Result {
         let st = g.startup.as_ref().ok_or(EINVAL)?;
         let n = *st.negotiated().ok_or(EINVAL)?;
-        let (ird, ord) = (g.ird, g.ord);
         let qp =
             g.id.as_ref()
                 .and_then(|id| id.qp_ref(g.qpn))
                 .ok_or(EINVAL)?;
         let (ird, ord) = n
             .ird_ord
-            .map_or((ird, ord), |x| (u32::from(x.ird), u32::from(x.ord)));
+            .map_or((g.ird, g.ord), |x| (u32::from(x.ird), u32::from(x.ord)));
         let sock = g.sock.take().ok_or(ENOTCONN)?;
         let addrs = g.addrs;
         g.startup = None;
         g.state = CepState::Established;
         g.timer = None;
+        // The passive consumer's own private data went out in the Reply.
+        let private_data = match kind {
+            CmEventKind::ConnectReply => n.private_data.as_slice(),
+            _ => &[],
+        };
         Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
             let ev = CmEvent {
-                kind: CmEventKind::Established,
+                kind,
                 status: 0,
                 addrs,
-                private_data: &[],
+                private_data,
                 ird,
                 ord,
             };
@@ -320,31 +332,7 @@ impl Cep {
     fn connected(g: &mut Inner) -> Result {
         // Seed draft mode: the engine queued the Rtr frame behind the Reply it accepted.
         Self::flush_tx(g)?;
-        let st = g.startup.as_ref().ok_or(EINVAL)?;
-        let n = *st.negotiated().ok_or(EINVAL)?;
-        let pd = n.private_data;
-        let id = g.id.as_ref().ok_or(EINVAL)?;
-        let qp = id.qp_ref(g.qpn).ok_or(EINVAL)?;
-        let (ird, ord) = n
-            .ird_ord
-            .map_or((g.ird, g.ord), |x| (u32::from(x.ird), u32::from(x.ord)));
-        let sock = g.sock.take().ok_or(ENOTCONN)?;
-        let addrs = g.addrs;
-        g.startup = None;
-        g.state = CepState::Established;
-        g.timer = None;
-        Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
-            let ev = CmEvent {
-                kind: CmEventKind::ConnectReply,
-                status: 0,
-                addrs,
-                private_data: pd.as_slice(),
-                ird,
-                ord,
-            };
-            let _ = id.event(&ev);
-        })?;
-        Ok(())
+        Self::hand_over(g, CmEventKind::ConnectReply)
     }
 
     /// The Initiator cannot accept the Reply's peer-to-peer negotiation (no matching RTR,

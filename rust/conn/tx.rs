@@ -18,7 +18,6 @@ use crate::qp::{Qp, MAX_INLINE, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::sys::ibdev::QpRef;
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
-use crate::wire::mpa::RtrType;
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
 use kernel::prelude::*;
@@ -224,7 +223,7 @@ impl Conn {
         match t {
             Transmit::Terminate(t) => Self::start_terminate(this, g, t),
             Transmit::Rtr(t) => {
-                Self::start_message(this, g, rtr_message(t), JobKind::Rtr, Payload::None)
+                Self::start_message(this, g, Message::rtr(t), JobKind::Rtr, Payload::None)
             }
             Transmit::ReadResponse(req) => Self::start_read_response(this, g, req),
             Transmit::SendQueue => Self::next_sqe(this, g),
@@ -477,31 +476,6 @@ fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
     };
     let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
     eligible && total >= kernel::page::PAGE_SIZE as u64
-}
-
-/// The zero-length RTR message of type `t` (RFC 6581 §5), the peer-to-peer Initiator's
-/// first FPDU (a Read RTR's sink is in the ORQ already). Its STags are not looked at by
-/// the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
-fn rtr_message(t: RtrType) -> Message {
-    match t {
-        RtrType::Write => Message::Write {
-            stag: 0,
-            to: 0,
-            len: 0,
-        },
-        RtrType::Read => Message::ReadRequest(ReadRequest {
-            sink_stag: 0,
-            sink_to: 0,
-            size: 0,
-            src_stag: 0,
-            src_to: 0,
-        }),
-        RtrType::Send => Message::Send {
-            solicited: false,
-            invalidate: None,
-            len: 0,
-        },
-    }
 }
 
 /// The message of SQE `w` (a Send variant or an RDMA Write) with `len` octets of payload;

@@ -51,7 +51,7 @@ use super::startup::Negotiated;
 use super::stream::TxSink;
 use crate::wire::ddp::MSN_INITIAL;
 use crate::wire::fpdu::{mulpdu, MULPDU_MAX};
-use crate::wire::mpa::MpaErrorCode;
+use crate::wire::mpa::{MpaErrorCode, RtrType};
 use crate::wire::rdmap::{AtomicRequest, AtomicResponse, ImmediateData, Opcode, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
 use crate::wire::ulpdu::{Config, EmitError, RdmapHeader, UlpduHeader, MAX_HEADER_LEN};
@@ -118,6 +118,31 @@ pub enum Message {
 }
 
 impl Message {
+    /// The zero-length RTR message of type `t` (RFC 6581 §5), the peer-to-peer
+    /// Initiator's first FPDU (a Read RTR's sink is in the ORQ already). Its STags are not
+    /// looked at by the peer (RFC 5040 §5.1, §5.2.1; RFC 5041 §7).
+    pub const fn rtr(t: RtrType) -> Self {
+        match t {
+            RtrType::Write => Message::Write {
+                stag: 0,
+                to: 0,
+                len: 0,
+            },
+            RtrType::Read => Message::ReadRequest(ReadRequest {
+                sink_stag: 0,
+                sink_to: 0,
+                size: 0,
+                src_stag: 0,
+                src_to: 0,
+            }),
+            RtrType::Send => Message::Send {
+                solicited: false,
+                invalidate: None,
+                len: 0,
+            },
+        }
+    }
+
     /// The RDMAP opcode this message is sent with.
     pub const fn opcode(&self) -> Opcode {
         match self {

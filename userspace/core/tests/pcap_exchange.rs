@@ -614,25 +614,7 @@ fn run(cap: &mut Capture, stream: u32, sc: &Scenario) -> [Negotiated; 2] {
 
     // RFC 6581 §5: the peer-to-peer Initiator's first FPDU is the zero-length RTR.
     if ni.p2p {
-        let rtr = match ni.rtr.expect("an RTR type matched") {
-            RtrType::Write => Message::Write {
-                stag: 0,
-                to: 0,
-                len: 0,
-            },
-            RtrType::Read => Message::ReadRequest(ReadRequest {
-                sink_stag: 0,
-                sink_to: 0,
-                size: 0,
-                src_stag: 0,
-                src_to: 0,
-            }),
-            RtrType::Send => Message::Send {
-                solicited: false,
-                invalidate: None,
-                len: 0,
-            },
-        };
+        let rtr = Message::rtr(ni.rtr.expect("an RTR type matched"));
         send(cap, &mut conn, &mut sides, 0, rtr, Seg::Whole);
     }
 
