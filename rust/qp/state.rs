@@ -19,12 +19,12 @@
 //! `modify_qp` into a state the table does not allow.
 
 use super::{invalid, Pos, Qp, VALID};
-use crate::abi::Rqe;
+use crate::abi::{Rqe, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::mem::ring::{Ring, RingElem};
-use crate::sys::obj::{IbQp, QpEvent};
+use crate::sys::obj::{IbCq, IbQp, QpEvent};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
@@ -137,39 +137,36 @@ impl Qp {
     /// ring: a user writing new SQEs meanwhile cannot keep us here). Stops early if the
     /// send CQ overflows (a later flush continues).
     pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> Notify {
-        let mut notify = Notify::NONE;
-        for _ in 0..qp.sq.size() {
-            let idx = pos.get;
-            if qp.sq.flags(idx) & VALID == 0 {
-                break;
-            }
-            let sqe = qp.sq.read(idx);
-            match Cq::push(
-                &qp.scq,
-                &Self::flush_cqe(qp, sqe.id, super::wqe::flush_opcode(sqe.opcode)),
-            ) {
-                Ok(n) => notify = notify.or(n),
-                Err(o) => {
-                    notify = notify.or(o.into());
-                    break;
-                }
-            }
-            qp.sq.set_flags(idx, 0);
-            pos.get = idx.wrapping_add(1);
-        }
-        notify
+        Self::flush_ring(qp, &qp.sq, &qp.scq, pos, |sqe: &Sqe| {
+            (sqe.id, super::wqe::flush_opcode(sqe.opcode))
+        })
     }
 
     /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
     fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> Notify {
+        Self::flush_ring(qp, ring, &qp.rcq, pos, |rqe: &Rqe| {
+            (rqe.id, WrOpcode::Receive)
+        })
+    }
+
+    /// Completes every valid WQE of `ring` from `get` into `cq` with a flush error, its ID
+    /// and opcode as `what` reads them from the WQE; at most one pass, stopping early if
+    /// `cq` overflows.
+    fn flush_ring<E: RingElem>(
+        qp: &IbQp<Qp>,
+        ring: &Ring<E>,
+        cq: &IbCq<Cq>,
+        pos: &mut Pos,
+        what: impl Fn(&E) -> (u64, WrOpcode),
+    ) -> Notify {
         let mut notify = Notify::NONE;
         for _ in 0..ring.size() {
             let idx = pos.get;
             if ring.flags(idx) & VALID == 0 {
                 break;
             }
-            let rqe = ring.read(idx);
-            match Cq::push(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive)) {
+            let (id, opcode) = what(&ring.read(idx));
+            match Cq::push(cq, &Self::flush_cqe(qp, id, opcode)) {
                 Ok(n) => notify = notify.or(n),
                 Err(o) => {
                     notify = notify.or(o.into());
