@@ -85,11 +85,6 @@ const TX_BURST: u32 = 64;
 /// the rest to the work item.
 const DOORBELL_BURST: u32 = 16;
 
-/// The most inbound and outbound RDMA Read Requests a connection allows (IRD and ORD
-/// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`): the
-/// protocol core's ORQ holds this many Reads.
-pub(crate) const MAX_IRD_ORD: u32 = crate::engine::orq::MAX_ORD;
-
 /// Why a connection ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reason {
@@ -128,7 +123,7 @@ impl Reason {
 }
 
 /// The session's parameters for the Read depths `ird` and `ord`: capped at
-/// [`MAX_IRD_ORD`], with the TERMINATE and RTR timeout of module parameter
+/// [`crate::limits::MAX_IRD_ORD`], with the TERMINATE and RTR timeout of module parameter
 /// `mpa_timeout_ms` (at least [`crate::timer::MIN_MPA_TIMEOUT_MS`]).
 fn session_config(ird: u32, ord: u32) -> SessionConfig {
     let timeout_ms = u64::from(
@@ -217,9 +212,10 @@ impl Conn {
     /// Starts the transport on `sock` after MPA negotiation `n`: the QP enters RTS, the
     /// socket's callbacks move to the connection, and the QP's doorbells reach it. `ird`
     /// and `ord` are the negotiated (or, for MPA revision 1, the consumer's) inbound and
-    /// outbound Read depths, capped at [`MAX_IRD_ORD`]. On success the connection takes
-    /// `id` (for its DISCONNECT and CLOSE events) after `report` announced the connection
-    /// on it (CONNECT_REPLY or ESTABLISHED); on failure `id` is left to the caller.
+    /// outbound Read depths, capped at [`crate::limits::MAX_IRD_ORD`]. On success the
+    /// connection takes `id` (for its DISCONNECT and CLOSE events) after `report` announced
+    /// the connection on it (CONNECT_REPLY or ESTABLISHED); on failure `id` is left to the
+    /// caller.
     ///
     /// # Errors
     ///

@@ -28,8 +28,7 @@ use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 
-/// The largest CQ depth rsiw grants (a power of two; 8 MiB of ring).
-pub(crate) const MAX_CQE: u32 = 1 << 18;
+use crate::limits::MAX_CQE;
 
 use crate::abi::wqe_flags::{REM_INVAL, VALID};
 

@@ -6,11 +6,13 @@
 //! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
 
 use crate::abi::AllocCtxResp;
-use crate::cq::{Cq, MAX_CQE};
-use crate::limits::{Counts, Object};
-use crate::mem::{Mem, Mr, MAX_FRMR_PAGES};
-use crate::qp::{Qp, MAX_QP_WR, MAX_SGE};
-use crate::srq::{Srq, MAX_SRQ_WR};
+use crate::cq::Cq;
+use crate::limits::{
+    Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
+};
+use crate::mem::{Mem, Mr};
+use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::idtable::ArcTable;
@@ -119,7 +121,7 @@ impl DeviceOps for Device {
             max_srq_wr: MAX_SRQ_WR,
             max_fast_reg_pages: MAX_FRMR_PAGES,
             // RFC 6581 §9.1 negotiates IRD and ORD within this.
-            max_ird_ord: crate::conn::MAX_IRD_ORD,
+            max_ird_ord: MAX_IRD_ORD,
         }
     }
 

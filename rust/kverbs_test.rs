@@ -15,7 +15,8 @@ mod suite {
     use crate::abi::{WcStatus, WrOpcode};
     use crate::device::{Device, Link};
     use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
-    use crate::mem::{access_bits, MrRef, MAX_FRMR_PAGES};
+    use crate::limits::MAX_FRMR_PAGES;
+    use crate::mem::{access_bits, MrRef};
     use crate::qp::wqe::{BadSqe, BadWqe, Stale};
     use crate::qp::Qp;
     use crate::srq::Srq;

@@ -1,11 +1,37 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Per-device object limits: how many user contexts, PDs, CQs, QPs, SRQs and MRs a device
-//! may hold at once (module parameters `max_ucontext`, `max_pd`, `max_cq`, `max_qp`,
-//! `max_srq`, `max_mr`, read when an object is created).
+//! Limits: the sizes rsiw grants (queue depths, SGEs, inline data, fast-registration pages,
+//! IRD/ORD), which the device reports in `query_device`, and how many user contexts, PDs,
+//! CQs, QPs, SRQs and MRs a device may hold at once (module parameters `max_ucontext`,
+//! `max_pd`, `max_cq`, `max_qp`, `max_srq`, `max_mr`, read when an object is created).
 
+use crate::abi::Sge;
+use crate::sys::bindings as b;
 use crate::sys::pr_err_ratelimited;
 use core::sync::atomic::{AtomicU32, Ordering};
+
+/// The largest CQ depth rsiw grants, in CQEs (a power of two; 8 MiB of ring).
+pub(crate) const MAX_CQE: u32 = 1 << 18;
+
+/// The deepest SQ or RQ rsiw grants, in WRs (a power of two).
+pub(crate) const MAX_QP_WR: u32 = 1 << 14;
+
+/// The deepest SRQ rsiw grants, in WRs (a power of two).
+pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
+
+/// SGEs per work request (the siw ABI's fixed array).
+pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;
+
+/// Inline data per send WQE, in octets: it occupies `sge[1..]` (`SIW_MAX_INLINE`).
+pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<Sge>() as u32) * (MAX_SGE - 1);
+
+/// The most pages a fast-registration MR can map.
+pub(crate) const MAX_FRMR_PAGES: u32 = 256;
+
+/// The most inbound and outbound RDMA Read Requests a connection allows (IRD and ORD
+/// ceilings; the device advertises them as `max_qp_rd_atom`/`max_qp_init_rd_atom`): the
+/// protocol core's ORQ holds this many Reads.
+pub(crate) const MAX_IRD_ORD: u32 = crate::engine::orq::MAX_ORD;
 
 /// The kinds of object a device counts.
 #[derive(Clone, Copy, Debug)]

@@ -32,8 +32,7 @@ use kernel::sync::{new_spinlock_irq, Arc, SpinLockIrq};
 
 /// The largest STag index (24 bits); index 0 is never used.
 const STAG_INDEX_MAX: u32 = 0x00ff_ffff;
-/// The most pages a fast-registration MR can map.
-pub(crate) const MAX_FRMR_PAGES: u32 = 256;
+use crate::limits::MAX_FRMR_PAGES;
 
 /// The access rights that exist on iWARP (`IWARP_ACCESS_MASK` of the C siw).
 const ACCESS_MASK: i32 = (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ) as i32;

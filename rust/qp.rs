@@ -26,13 +26,12 @@ pub(crate) mod wqe;
 
 pub(crate) use post::build_rqe;
 
-use crate::abi::{CreateQpResp, Rqe, Sge, Sqe};
+use crate::abi::{CreateQpResp, Rqe, Sqe};
 use crate::conn::Conn;
 use crate::cq::Cq;
 use crate::device::Device;
 use crate::limits::Object;
 use crate::srq::Srq;
-use crate::sys::bindings as b;
 use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps};
 use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
@@ -44,12 +43,7 @@ use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, Mutex, SpinLockIrq};
 use state::State;
 
-/// The deepest SQ or RQ rsiw grants (a power of two).
-pub(crate) const MAX_QP_WR: u32 = 1 << 14;
-/// SGEs per work request (the siw ABI's fixed array).
-pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;
-/// Inline data per send WQE: it occupies `sge[1..]` (`SIW_MAX_INLINE`).
-pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<Sge>() as u32) * (MAX_SGE - 1);
+use crate::limits::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
 
 pub(crate) use crate::abi::wqe_flags::{INLINE, READ_FENCE, SIGNALLED, SOLICITED, VALID};
 

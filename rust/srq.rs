@@ -14,8 +14,9 @@
 use crate::abi::{CreateSrqResp, Rqe};
 use crate::device::Device;
 use crate::limits::Object;
+use crate::limits::MAX_SGE;
+use crate::qp::build_rqe;
 use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
-use crate::qp::{build_rqe, MAX_SGE};
 use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
 use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::IbSrq;
@@ -25,8 +26,7 @@ use crate::sys::wr::{PostError, RecvWr, WrList};
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 
-/// The deepest SRQ rsiw grants (a power of two).
-pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
+use crate::limits::MAX_SRQ_WR;
 
 use crate::abi::wqe_flags::VALID;
 

@@ -5,10 +5,11 @@
 //! transport ([`Conn`]) or closed.
 
 use super::{startup_config, Listener, TermSink};
-use crate::conn::{Conn, MAX_IRD_ORD};
+use crate::conn::Conn;
 use crate::device::Device;
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::startup::{Action, Startup, Status};
+use crate::limits::MAX_IRD_ORD;
 use crate::sys::ibdev::{CepOps, IbDevice};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::net::socket::{

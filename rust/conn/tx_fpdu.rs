@@ -6,8 +6,8 @@
 
 use super::tx::Payload;
 use crate::engine::stream::TxSink;
+use crate::limits::MAX_INLINE;
 use crate::mem::MrRef;
-use crate::qp::MAX_INLINE;
 use crate::sys::mem::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::SockOps;
 use kernel::prelude::*;

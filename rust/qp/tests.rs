@@ -8,10 +8,11 @@
 mod suite {
     use crate::abi::WrOpcode;
     use crate::abi::{Rqe, Sge, Sqe};
+    use crate::limits::{MAX_INLINE, MAX_SGE};
     use crate::qp::post::pack_inline;
     use crate::qp::state::{check_transition, State};
     use crate::qp::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
-    use crate::qp::{INLINE, MAX_INLINE, MAX_SGE, VALID};
+    use crate::qp::{INLINE, VALID};
     use crate::sys::bindings as b;
     use crate::sys::Pod;
 

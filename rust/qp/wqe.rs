@@ -26,10 +26,11 @@
 //! them with no QP, SRQ or CQ lock held (softirq context is fine).
 
 use super::state::State;
-use super::{Qp, INLINE, MAX_INLINE, MAX_SGE, SIGNALLED, VALID};
+use super::{Qp, INLINE, SIGNALLED, VALID};
 use crate::abi::{Rqe, Sge, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe};
+use crate::limits::{MAX_INLINE, MAX_SGE};
 use crate::srq::Srq;
 use crate::sys::mem::ring::{sqe_raddr, sqe_sges};
 use crate::sys::obj::IbQp;

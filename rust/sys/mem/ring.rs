@@ -208,10 +208,10 @@ impl<E: RingElem> Ring<E> {
         })
     }
 
-    /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word
-    /// with [`Tail::CqCtrl`]) that the user context of `udata` can map; returns it and the mmap offset (the
-    /// siw ABI's `*_key`). Dropping the ring removes the mapping offset; pages a process
-    /// still maps stay valid until it unmaps them.
+    /// Allocates a zeroed ring of `n` elements (a power of two, plus a `siw_cq_ctrl` word with
+    /// [`Tail::CqCtrl`]) that the user context of `udata` can map; returns it and the mmap offset
+    /// (the siw ABI's `*_key`). Dropping the ring removes the mapping offset; pages a process still
+    /// maps stay valid until it unmaps them.
     ///
     /// # Errors
     ///
