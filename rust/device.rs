@@ -10,12 +10,11 @@ use crate::cq::Cq;
 use crate::limits::{
     Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
 };
-use crate::mem::{Mem, Mr};
+use crate::mem::{Mr, StagTable};
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
-use crate::sys::idtable::ArcTable;
 use crate::sys::net::link::LinkHandler;
 use crate::sys::net::netdev::{NetDev, NetdevEvent, NetdevEvents};
 use crate::sys::pr_err_ratelimited;
@@ -37,9 +36,9 @@ pub(crate) struct Device {
     mac: AtomicU64,
     /// The live objects of each kind, within the `max_*` module parameters.
     pub(crate) counts: Counts,
-    /// Regions by STag index.
+    /// The regions of the device's MRs, by STag.
     #[pin]
-    pub(crate) stags: ArcTable<Mem>,
+    pub(crate) stags: StagTable,
     /// Port counters, indexed by [`Stat`].
     stats: [AtomicU64; STAT_COUNT],
 }
@@ -216,8 +215,7 @@ impl LinkHandler for Link {
             pin_init!(Device {
                 mac: AtomicU64::new(mac_to_u64(mac)),
                 counts: Counts::new(),
-                // Start STag indices at a random point, like the C siw.
-                stags <- ArcTable::new(crate::sys::random_u32() & 0x00ff_ffff),
+                stags <- StagTable::new(),
                 stats: [const { AtomicU64::new(0) }; STAT_COUNT],
             }),
         )?;

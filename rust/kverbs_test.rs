@@ -576,25 +576,28 @@ mod suite {
     fn dma_mr_lookup(t: &MrRig<'_>) -> Checked {
         let (d, pd, pd2, base) = (t.dev.driver(), t.pd, t.pd2, t.base);
         let dma = pd.local_dma_lkey();
-        let m = req!(d.lookup_stag(dma, pd.id(), LOCAL_WRITE, base, 100));
+        let m = req!(d.stags.lookup(dma, pd.id(), LOCAL_WRITE, base, 100));
         let r = m.resolve(base);
         check!(r.map(|k| (k.addr(), k.len())) == Some((base, u64::MAX - base)));
-        check!(d.lookup_stag(dma, pd2.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated));
+        check!(d.stags.lookup(dma, pd2.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated));
         let remote_write = access_bits(Access::RemoteWrite);
         check!(
-            d.lookup_stag(dma, pd.id(), remote_write, base, 1).err()
+            d.stags.lookup(dma, pd.id(), remote_write, base, 1).err()
                 == Some(TaggedCheck::AccessRights)
         );
         // Without IB_PD_UNSAFE_GLOBAL_RKEY the core asks for no remote rights: the wire
         // reaches the DMA MR only as the sink of a Read the consumer posted.
         check!(
-            d.lookup_stag(dma, pd.id(), access_bits(Access::RemoteRead), base, 1)
+            d.stags
+                .lookup(dma, pd.id(), access_bits(Access::RemoteRead), base, 1)
                 .err()
                 == Some(TaggedCheck::AccessRights)
         );
-        check!(d.lookup_stag(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
-        check!(d.lookup_stag(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
-        check!(d.invalidate_stag(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
+        check!(
+            d.stags.lookup(dma ^ 1, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag)
+        );
+        check!(d.stags.lookup(dma, pd.id(), 0, u64::MAX, 2).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.stags.invalidate(dma, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
         Ok(())
     }
 
@@ -606,8 +609,8 @@ mod suite {
         let mr = req!(KMr::new(pd, 4));
         let (stag, _, _) = mr.key_and_range();
         check!(stag >> 8 != 0 && stag & 0xff == 0);
-        check!(d.lookup_stag(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
-        check!(d.fast_register(stag, pd.id(), 0) == Err(EINVAL));
+        check!(d.stags.lookup(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.stags.fast_register(stag, pd.id(), 0) == Err(EINVAL));
         check!(mr.map(&t.buf[100..100 + 8192]) == 1);
         let (_, iova, len) = mr.key_and_range();
         check!(iova == base + 100 && len == 8192);
@@ -618,10 +621,10 @@ mod suite {
         // Re-mapped and re-registered under another key; deregistration removes the STag.
         check!(mr.map(&t.buf[0..4096]) == 1);
         let again = (stag & !0xff) | 0x77;
-        req!(d.fast_register(again, pd.id(), LOCAL_WRITE as i32));
-        req!(d.lookup_stag(again, pd.id(), LOCAL_WRITE, base, 4096));
+        req!(d.stags.fast_register(again, pd.id(), LOCAL_WRITE as i32));
+        req!(d.stags.lookup(again, pd.id(), LOCAL_WRITE, base, 4096));
         drop(mr);
-        check!(d.lookup_stag(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.stags.lookup(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         Ok(())
     }
 
@@ -632,22 +635,22 @@ mod suite {
         let (d, pd, pd2) = (t.dev.driver(), t.pd, t.pd2);
         let remote_write = access_bits(Access::RemoteWrite);
         let rights = (LOCAL_WRITE | remote_write) as i32;
-        check!(d.fast_register(key, pd2.id(), rights) == Err(EACCES));
-        req!(d.fast_register(key, pd.id(), rights));
-        check!(d.fast_register(key, pd.id(), rights) == Err(EINVAL));
-        check!(d.lookup_stag(stag, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
-        let m = req!(d.lookup_stag(key, pd.id(), remote_write, iova, 8192));
+        check!(d.stags.fast_register(key, pd2.id(), rights) == Err(EACCES));
+        req!(d.stags.fast_register(key, pd.id(), rights));
+        check!(d.stags.fast_register(key, pd.id(), rights) == Err(EINVAL));
+        check!(d.stags.lookup(stag, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        let m = req!(d.stags.lookup(key, pd.id(), remote_write, iova, 8192));
         check!(m.stag() == key && m.pd() == pd.id() && m.bounds() == (iova, 8192) && m.is_valid());
         check!(m.access() == LOCAL_WRITE | remote_write);
         let remote_read = access_bits(Access::RemoteRead);
         check!(
-            d.lookup_stag(key, pd.id(), remote_read, iova, 1).err()
+            d.stags.lookup(key, pd.id(), remote_read, iova, 1).err()
                 == Some(TaggedCheck::AccessRights)
         );
         check!(
-            d.lookup_stag(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds)
+            d.stags.lookup(key, pd.id(), 0, iova + 8191, 2).err() == Some(TaggedCheck::BaseBounds)
         );
-        check!(d.lookup_stag(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
+        check!(d.stags.lookup(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
         Ok(m)
     }
 
@@ -668,11 +671,11 @@ mod suite {
     /// sees it.
     fn frmr_invalidate(t: &MrRig<'_>, m: &MrRef, stag: u32, key: u32, iova: u64) -> Checked {
         let (d, pd, pd2) = (t.dev.driver(), t.pd, t.pd2);
-        check!(d.invalidate_stag(key, pd2.id()) == Err(InvalidateCheck::NotAssociated));
-        check!(d.invalidate_stag(stag, pd.id()) == Err(InvalidateCheck::InvalidStag));
-        req!(d.invalidate_stag(key, pd.id()));
-        check!(d.invalidate_stag(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
-        check!(d.lookup_stag(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
+        check!(d.stags.invalidate(key, pd2.id()) == Err(InvalidateCheck::NotAssociated));
+        check!(d.stags.invalidate(stag, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        req!(d.stags.invalidate(key, pd.id()));
+        check!(d.stags.invalidate(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
+        check!(d.stags.lookup(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(!m.is_valid());
         Ok(())
     }

@@ -6,21 +6,22 @@
 //! eight, ORed with an 8-bit key the consumer chooses (user space: `siw_ureq_reg_mr`'s
 //! `stag_key`; kernel consumers: zero, later changed through fast registration). The lkey
 //! and the rkey of an MR are both the STag. The table owns a reference to each region's
-//! [`Mem`]; lookups ([`Device::lookup_stag`]) take another one, so a region a transfer is
+//! [`Mem`]; lookups ([`StagTable::lookup`]) take another one, so a region a transfer is
 //! using survives its deregistration until the transfer lets go.
 //!
 //! Kinds: DMA MRs (`get_dma_mr`) cover all kernel memory; user MRs pin user memory;
 //! fast-registration MRs (`alloc_mr`, kernel only) get a page list through `map_mr_sg`
 //! and become valid with a REG_MR work request. The data paths resolve a tagged offset to
 //! kernel memory with [`Mem::resolve`], and the TX path executes REG_MR and LOCAL_INV work
-//! requests, and the RX path Send with Invalidate, with [`Device::fast_register`] and
-//! [`Device::invalidate_stag`]; rsiw advertises `IB_DEVICE_MEM_MGT_EXTENSIONS`.
+//! requests, and the RX path Send with Invalidate, with [`StagTable::fast_register`] and
+//! [`StagTable::invalidate`]; rsiw advertises `IB_DEVICE_MEM_MGT_EXTENSIONS`.
 
 use crate::abi::{access, RegMrReq, RegMrResp};
 use crate::device::Device;
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
 use crate::limits::Object;
 use crate::sys::ibdev::{IbDevice, MrOps};
+use crate::sys::idtable::ArcTable;
 use crate::sys::mem::kmem::{KernelConsumer, Kva};
 use crate::sys::mem::umem::UMem;
 use crate::sys::obj::{IbMr, PdId};
@@ -113,7 +114,7 @@ impl Mem {
         self.valid.load(Ordering::Acquire)
     }
 
-    /// Where tagged offset `to` (inside the bounds, see [`Device::lookup_stag`]) lies in
+    /// Where tagged offset `to` (inside the bounds, see [`StagTable::lookup`]) lies in
     /// kernel memory: a DMA MR's offsets are kernel virtual addresses, a user MR's pages
     /// are pinned and in the kernel's linear map, a fast-registration MR's pages are the
     /// consumer's kernel addresses (rsiw uses virtual DMA, so DMA addresses are kernel
@@ -143,9 +144,25 @@ impl Mem {
     }
 }
 
-impl Device {
+/// The STag table of a device: its regions by STag index (an STag is a 24-bit index and an
+/// 8-bit key, RFC 5040 §2.1). Lookups take the table's lock, which disables interrupts, so
+/// any context may resolve or invalidate an STag.
+#[pin_data]
+pub(crate) struct StagTable {
+    #[pin]
+    regions: ArcTable<Mem>,
+}
+
+impl StagTable {
+    /// An empty table whose indices start at a random point, like the C siw's.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            regions <- ArcTable::new(crate::sys::random_u32() & STAG_INDEX_MAX),
+        })
+    }
+
     /// Whether the peer may invalidate `stag` with a Send with Invalidate on a stream of
-    /// PD `pd` (RFC 5040 §7.2): the checks of [`Device::invalidate_stag`], without
+    /// PD `pd` (RFC 5040 §7.2): the checks of [`StagTable::invalidate`], without
     /// invalidating.
     ///
     /// # Errors
@@ -153,7 +170,7 @@ impl Device {
     /// [`InvalidateCheck`] naming the failed check.
     pub(crate) fn check_invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
         let mem = self
-            .stags
+            .regions
             .get(stag >> 8)
             .ok_or(InvalidateCheck::InvalidStag)?;
         if mem.stag() != stag || !mem.is_valid() {
@@ -182,7 +199,7 @@ impl Device {
     /// The RX engine's [`TaggedCheck`], first failing check first: `InvalidStag` (no such
     /// index, another key, or invalidated), `NotAssociated` (another PD), `AccessRights`,
     /// `BaseBounds`.
-    pub(crate) fn lookup_stag(
+    pub(crate) fn lookup(
         &self,
         stag: u32,
         pd: PdId,
@@ -190,7 +207,10 @@ impl Device {
         to: u64,
         len: u64,
     ) -> Result<MrRef, TaggedCheck> {
-        let mem = self.stags.get(stag >> 8).ok_or(TaggedCheck::InvalidStag)?;
+        let mem = self
+            .regions
+            .get(stag >> 8)
+            .ok_or(TaggedCheck::InvalidStag)?;
         if !mem.is_valid() || mem.stag() != stag {
             return Err(TaggedCheck::InvalidStag);
         }
@@ -216,9 +236,9 @@ impl Device {
     ///
     /// [`InvalidateCheck`]: `InvalidStag` (no such STag or already invalid),
     /// `NotAssociated` (another PD), `CannotInvalidate` (a DMA MR).
-    pub(crate) fn invalidate_stag(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
+    pub(crate) fn invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
         let mem = self
-            .stags
+            .regions
             .get(stag >> 8)
             .ok_or(InvalidateCheck::InvalidStag)?;
         if mem.stag() != stag {
@@ -246,7 +266,7 @@ impl Device {
     /// `EINVAL` for no such MR, not a fast-registration MR, no page list mapped, or an
     /// MR that is still valid; `EACCES` for another PD.
     pub(crate) fn fast_register(&self, stag: u32, pd: PdId, access: i32) -> Result {
-        let mem = self.stags.get(stag >> 8).ok_or(EINVAL)?;
+        let mem = self.regions.get(stag >> 8).ok_or(EINVAL)?;
         if mem.max_pages == 0 || mem.pages.lock().is_empty() {
             return Err(EINVAL);
         }
@@ -306,7 +326,7 @@ impl Mr {
         };
         let mut pages = KVec::new();
         pages.reserve(max_pages as usize, GFP_KERNEL)?;
-        let idx = dev.stags.reserve(1, STAG_INDEX_MAX)?;
+        let idx = dev.stags.regions.reserve(1, STAG_INDEX_MAX)?;
         let stag = (idx << 8) | u32::from(key);
         let mem = Arc::pin_init(
             pin_init!(Mem {
@@ -328,12 +348,12 @@ impl Mr {
         let mem = match mem {
             Ok(m) => m,
             Err(e) => {
-                dev.stags.remove(idx);
+                dev.stags.regions.remove(idx);
                 return Err(e);
             }
         };
-        if let Err(e) = dev.stags.publish(idx, mem.clone()) {
-            dev.stags.remove(idx);
+        if let Err(e) = dev.stags.regions.publish(idx, mem.clone()) {
+            dev.stags.regions.remove(idx);
             return Err(e);
         }
         slot.keep();
@@ -343,7 +363,9 @@ impl Mr {
     fn deregister(dev: &IbDevice<Device>, mr: &Mr) {
         mr.mem.valid.store(false, Ordering::Release);
         // Drops the table's reference; transfers holding one finish with theirs.
-        dev.stags.remove(mr.mem.stag.load(Ordering::Relaxed) >> 8);
+        dev.stags
+            .regions
+            .remove(mr.mem.stag.load(Ordering::Relaxed) >> 8);
         dev.counts.give_back(Object::Mr);
     }
 }
@@ -424,7 +446,7 @@ impl MrOps<Device> for Mr {
     }
 
     /// `alloc_mr`: a fast-registration MR in `pd` for up to `max_num_sg` pages, invalid
-    /// until a REG_MR work request ([`Device::fast_register`]). Returns its STag (key 0)
+    /// until a REG_MR work request ([`StagTable::fast_register`]). Returns its STag (key 0)
     /// and the MR data.
     ///
     /// # Errors

@@ -190,7 +190,7 @@ fn kernel_rings(num_sqe: u32, num_rqe: u32) -> Result<Rings> {
 
 impl Qp {
     /// The protection domain the QP belongs to: STags used on it must belong to the same
-    /// one ([`Device::lookup_stag`]).
+    /// one ([`crate::mem::StagTable::lookup`]).
     pub(crate) fn pd(&self) -> PdId {
         self.pd
     }

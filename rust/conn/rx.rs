@@ -217,7 +217,8 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     .ctx
                     .qp
                     .device()
-                    .lookup_stag(stag, self.ctx.pd, access_bits(access), to, len as u64)
+                    .stags
+                    .lookup(stag, self.ctx.pd, access_bits(access), to, len as u64)
                     .map_err(|_| PlaceError)?;
                 let piece = [ResolvedSge {
                     mr,
@@ -269,7 +270,8 @@ impl MemoryLookup for RxMem<'_, '_> {
         self.0
             .qp
             .device()
-            .lookup_stag(stag, self.0.pd, access_bits(access), to, u64::from(len))
+            .stags
+            .lookup(stag, self.0.pd, access_bits(access), to, u64::from(len))
             .map(|_| ())
     }
 
@@ -310,7 +312,7 @@ impl MemoryLookup for RxMem<'_, '_> {
     }
 
     fn check_invalidate(&mut self, stag: u32) -> Result<(), InvalidateCheck> {
-        self.0.qp.device().check_invalidate(stag, self.0.pd)
+        self.0.qp.device().stags.check_invalidate(stag, self.0.pd)
     }
 }
 
@@ -337,7 +339,8 @@ impl RxCtx<'_> {
             let mr = self
                 .qp
                 .device()
-                .lookup_stag(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
+                .stags
+                .lookup(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
                 .map_err(|_| fail(w.id, WcStatus::LocProtErr))?;
             let piece = ResolvedSge {
                 mr,
@@ -395,7 +398,7 @@ impl SessionEvents for RxEv<'_, '_> {
         let qp = self.0.qp.qp();
         if w.opcode == WrOpcode::ReadLocalInv {
             if let [sge] = w.sges() {
-                let _ = self.0.qp.device().invalidate_stag(sge.lkey, self.0.pd);
+                let _ = self.0.qp.device().stags.invalidate(sge.lkey, self.0.pd);
             }
         }
         // The octets the Response placed: the Read's size (a short Response is refused).
@@ -406,6 +409,6 @@ impl SessionEvents for RxEv<'_, '_> {
 
     fn invalidate(&mut self, stag: u32) {
         // Accepted by `check_invalidate`; a concurrent local invalidation wins.
-        let _ = self.0.qp.device().invalidate_stag(stag, self.0.pd);
+        let _ = self.0.qp.device().stags.invalidate(stag, self.0.pd);
     }
 }

@@ -303,7 +303,7 @@ impl Conn {
     fn local_op(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
         let dev = qp.device();
         let r = if w.opcode == WrOpcode::InvalStag {
-            dev.invalidate_stag(w.rkey, pd).map_err(|e| {
+            dev.stags.invalidate(w.rkey, pd).map_err(|e| {
                 pr_warn_ratelimited!(
                     "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
                     qp.qp().qpn(),
@@ -311,13 +311,15 @@ impl Conn {
                 );
             })
         } else {
-            dev.fast_register(w.rkey, pd, w.access()).map_err(|e| {
-                pr_warn_ratelimited!(
-                    "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
-                    qp.qp().qpn(),
-                    w.rkey
-                );
-            })
+            dev.stags
+                .fast_register(w.rkey, pd, w.access())
+                .map_err(|e| {
+                    pr_warn_ratelimited!(
+                        "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
+                        qp.qp().qpn(),
+                        w.rkey
+                    );
+                })
         };
         let status = if r.is_ok() {
             WcStatus::Success
@@ -529,7 +531,8 @@ fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Resolv
         }
         let mr = qp
             .device()
-            .lookup_stag(s.lkey, pd, 0, s.laddr, u64::from(s.length))
+            .stags
+            .lookup(s.lkey, pd, 0, s.laddr, u64::from(s.length))
             .map_err(|_| WcStatus::LocProtErr)?;
         list.push(
             ResolvedSge {
@@ -552,7 +555,8 @@ fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, WcSt
     };
     if sge.length > 0 {
         qp.device()
-            .lookup_stag(
+            .stags
+            .lookup(
                 sge.lkey,
                 pd,
                 access_bits(Access::LocalWrite),
@@ -579,7 +583,8 @@ fn resolve_range(
 ) -> Result<Payload, TaggedCheck> {
     let mr = qp
         .device()
-        .lookup_stag(stag, pd, access, to, u64::from(len))?;
+        .stags
+        .lookup(stag, pd, access, to, u64::from(len))?;
     let mut list = KVec::new();
     list.push(ResolvedSge { mr, to, len }, GFP_KERNEL)
         .map_err(|_| TaggedCheck::InvalidStag)?;
