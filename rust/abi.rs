@@ -183,7 +183,7 @@ pub(crate) mod wqe_flags {
 }
 
 /// A send queue element as the SQ ring holds it (`struct siw_sqe`). A user QP's ring is
-/// written by user space: decode a copy ([`crate::qp::wqe::decode_sqe`]), never the slot.
+/// written by user space: decode a copy ([`crate::wqe::decode_sqe`]), never the slot.
 pub(crate) type Sqe = b::siw_sqe;
 
 /// A receive queue element as the RQ and SRQ rings hold it (`struct siw_rqe`).

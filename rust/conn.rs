@@ -455,7 +455,7 @@ impl Conn {
     fn flush_held(
         g: &mut Inner,
         qp: &QpRef<Device>,
-        mut reads: KVec<crate::qp::wqe::SendWqe>,
+        mut reads: KVec<crate::wqe::SendWqe>,
         msg: Option<RxMsg>,
     ) {
         let flush = WcStatus::WrFlushErr;

@@ -17,7 +17,6 @@ mod suite {
     use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
     use crate::limits::MAX_FRMR_PAGES;
     use crate::mem::{access_bits, MrRef};
-    use crate::qp::wqe::{BadSqe, BadWqe, Stale};
     use crate::qp::Qp;
     use crate::srq::Srq;
     use crate::sys::bindings as b;
@@ -28,6 +27,7 @@ mod suite {
     use crate::sys::net::link::LinkHandler;
     use crate::sys::obj::QpEvent;
     use crate::sys::Pod;
+    use crate::wqe::{BadSqe, BadWqe, Stale};
     use kernel::prelude::*;
 
     /// A failed check: where, and what was expected.

@@ -24,8 +24,6 @@ pub(crate) mod state;
 mod tests;
 pub(crate) mod wqe;
 
-pub(crate) use post::build_rqe;
-
 use crate::abi::{CreateQpResp, Rqe, Sqe};
 use crate::conn::Conn;
 use crate::cq::Cq;

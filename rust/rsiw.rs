@@ -24,6 +24,7 @@ mod qp;
 mod srq;
 mod sys;
 mod timer;
+mod wqe;
 
 module! {
     type: Rsiw,

@@ -15,14 +15,14 @@ use crate::abi::{CreateSrqResp, Rqe};
 use crate::device::Device;
 use crate::limits::Object;
 use crate::limits::MAX_SGE;
-use crate::qp::build_rqe;
-use crate::qp::wqe::{decode_rqe, BadRqe, RecvWqe};
 use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
 use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::IbSrq;
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, WrList};
+use crate::wqe::build_rqe;
+use crate::wqe::{decode_rqe, BadRqe, RecvWqe};
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, SpinLockIrq};
 

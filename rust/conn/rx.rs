@@ -22,7 +22,6 @@ use crate::engine::rx_shell::{
 use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::mem::access_bits;
-use crate::qp::wqe::SendWqe;
 use crate::qp::Qp;
 use crate::sys::ibdev::QpRef;
 use crate::sys::mem::kmem::crc32c_kva;
@@ -31,6 +30,7 @@ use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
 use crate::wire::rdmap::RdmapError;
 use crate::wire::terminate::TermCause;
+use crate::wqe::SendWqe;
 use core::cell::RefCell;
 use kernel::prelude::*;
 

@@ -14,13 +14,13 @@ use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::limits::MAX_INLINE;
 use crate::mem::access_bits;
-use crate::qp::wqe::SendWqe;
 use crate::qp::{Qp, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::sys::ibdev::QpRef;
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
+use crate::wqe::SendWqe;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 

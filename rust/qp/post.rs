@@ -9,47 +9,14 @@ use super::{
     invalid, Pos, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID,
 };
 use crate::abi::WrOpcode;
-use crate::abi::{Rqe, Sge, Sqe};
+use crate::abi::{Sge, Sqe};
 use crate::cq::{Cq, Cqe, Notify};
-use crate::sys::bindings as b;
 use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::{IbCq, IbQp};
 use crate::sys::wr::{KernelOpcode, PostError, RecvWr, SendFlags, SendWr, WrList};
 use crate::sys::Pod;
+use crate::wqe::{build_rqe, copy_sges};
 use kernel::prelude::*;
-
-/// Builds a receive WQE from a kernel consumer's WR (QPs and SRQs) with at most `max_sge`
-/// SGEs. The flags stay zero: the caller publishes the slot.
-///
-/// # Errors
-///
-/// `EINVAL` for a negative or too large SGE count, or SGE lengths summing beyond 4 GiB.
-pub(crate) fn build_rqe(wr: &RecvWr, max_sge: u32) -> Result<Rqe> {
-    let n = u32::try_from(wr.num_sge()).map_err(|_| EINVAL)?;
-    if n > max_sge {
-        return Err(EINVAL);
-    }
-    let mut rqe = Rqe::zeroed();
-    rqe.id = wr.wr_id();
-    rqe.num_sge = n as u8;
-    copy_sges(&mut rqe.sge, wr.sges()).ok_or(EINVAL)?;
-    Ok(rqe)
-}
-
-/// Copies the SGEs of a kernel WR into the SGE array of a ring slot (as far as it
-/// reaches). Returns `None` if their lengths sum beyond 4 GiB.
-fn copy_sges(dst: &mut [Sge], src: &[b::ib_sge]) -> Option<()> {
-    let mut total = 0u32;
-    for (d, s) in dst.iter_mut().zip(src) {
-        total = total.checked_add(s.length)?;
-        *d = Sge {
-            laddr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
-    }
-    Some(())
-}
 
 /// Packs `data` (at most [`MAX_INLINE`] octets) into `sge[1..]` in memory order, as the
 /// siw library does with `memcpy`.
@@ -186,7 +153,7 @@ impl Qp {
                     Err(e) => (Notify::NONE, Err(e)),
                     // The SQ is empty in ERROR (entering it flushed), so this keeps order.
                     Ok(sqe) if state == State::Error => {
-                        let opcode = super::wqe::flush_opcode(sqe.opcode);
+                        let opcode = crate::wqe::flush_opcode(sqe.opcode);
                         complete_flushed(&qp.scq, &Self::flush_cqe(qp, sqe.id, opcode))
                     }
                     Ok(sqe) => {

@@ -138,7 +138,7 @@ impl Qp {
     /// send CQ overflows (a later flush continues).
     pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> Notify {
         Self::flush_ring(qp, &qp.sq, &qp.scq, pos, |sqe: &Sqe| {
-            (sqe.id, super::wqe::flush_opcode(sqe.opcode))
+            (sqe.id, crate::wqe::flush_opcode(sqe.opcode))
         })
     }
 

@@ -11,10 +11,10 @@ mod suite {
     use crate::limits::{MAX_INLINE, MAX_SGE};
     use crate::qp::post::pack_inline;
     use crate::qp::state::{check_transition, State};
-    use crate::qp::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
     use crate::qp::{INLINE, VALID};
     use crate::sys::bindings as b;
     use crate::sys::Pod;
+    use crate::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
 
     fn sqe(op: u32, flags: u16, num_sge: u8, len0: u32) -> Sqe {
         let mut s = Sqe::zeroed();
@@ -27,13 +27,13 @@ mod suite {
         s
     }
 
-    fn reason(r: Result<crate::qp::wqe::SendWqe, crate::qp::wqe::BadSqe>) -> Option<BadWqe> {
+    fn reason(r: Result<crate::wqe::SendWqe, crate::wqe::BadSqe>) -> Option<BadWqe> {
         r.err().map(|b| b.reason)
     }
 
     #[test]
     fn hostile_user_sqes_are_refused() {
-        let at = SqSlot::test(7);
+        let at = SqSlot::at(7);
         // What user space may post.
         for op in [
             b::siw_opcode_SIW_OP_WRITE,
@@ -169,7 +169,7 @@ mod suite {
         pack_inline(&mut sges, &data[..13]);
         sges[0].length = 13;
         raw.__bindgen_anon_2.sge = sges;
-        let wqe = decode_sqe(&raw, false, SqSlot::test(0)).ok();
+        let wqe = decode_sqe(&raw, false, SqSlot::at(0)).ok();
         let got = wqe.and_then(|w| w.inline_data());
         assert_eq!(got.as_ref().map(|d| d.as_slice()), Some(&data[..13]));
     }
