@@ -19,7 +19,7 @@ use crate::abi::{WcStatus, WrOpcode};
 use crate::device::Device;
 use crate::limits::Object;
 use crate::sys::bindings as b;
-use crate::sys::ibdev::{CqAttr, CqNotify, CqOps, IbDevice};
+use crate::sys::ibdev::{Completion, CqAttr, CqNotify, CqOps, IbDevice, WcSlot};
 use crate::sys::mem::ring::{cqe_inval_stag, cqe_qp, Ring, Tail};
 use crate::sys::obj::IbCq;
 use crate::sys::udata::UserResponse;
@@ -182,7 +182,7 @@ impl CqOps<Device> for Cq {
 
     /// into `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
     /// their slots. Returns how many it filled.
-    fn poll(cq: &IbCq<Cq>, wcs: &mut [b::ib_wc]) -> usize {
+    fn poll(cq: &IbCq<Cq>, wcs: &mut [WcSlot]) -> usize {
         let this: &Cq = cq;
         let mut pos = this.pos.lock();
         let mut n = 0;
@@ -193,20 +193,19 @@ impl CqOps<Device> for Cq {
                 break;
             }
             let cqe = this.ring.read(idx);
-            let mut w = b::ib_wc::zeroed();
-            w.__bindgen_anon_1.wr_id = cqe.id;
             // A kernel CQ's entries are rsiw's own, so every value is one the ABI defines.
-            w.status = WcStatus::from_raw(cqe.status)
-                .map_or(b::ib_wc_status_IB_WC_GENERAL_ERR, WcStatus::ib);
-            w.opcode = WrOpcode::from_raw(cqe.opcode)
-                .map_or(b::ib_wc_opcode_IB_WC_SEND, WrOpcode::wc_opcode);
-            w.byte_len = cqe.bytes;
-            w.qp = cqe_qp(&cqe);
-            if flags & REM_INVAL != 0 {
-                w.ex.invalidate_rkey = cqe_inval_stag(&cqe);
-                w.wc_flags = b::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32;
-            }
-            *wc = w;
+            wc.fill(&Completion {
+                wr_id: cqe.id,
+                status: WcStatus::from_raw(cqe.status)
+                    .unwrap_or(WcStatus::GeneralErr)
+                    .ib(),
+                opcode: WrOpcode::from_raw(cqe.opcode)
+                    .unwrap_or(WrOpcode::Send)
+                    .wc_opcode(),
+                byte_len: cqe.bytes,
+                qp: cqe_qp(&cqe),
+                invalidated: (flags & REM_INVAL != 0).then(|| cqe_inval_stag(&cqe)),
+            });
             this.ring.set_flags(idx, 0);
             pos.get = idx.wrapping_add(1);
             n += 1;

@@ -23,8 +23,8 @@ mod srq;
 
 pub(crate) use device::ib_mtu;
 pub(crate) use ops::{
-    CepOps, CqAttr, CqNotify, CqOps, DeviceAttr, DeviceOps, ListenerOps, MrOps, PortAttr, QpAttrs,
-    QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps,
+    CepOps, Completion, CqAttr, CqNotify, CqOps, DeviceAttr, DeviceOps, ListenerOps, MrOps,
+    PortAttr, QpAttrs, QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps, WcSlot,
 };
 pub(crate) use registry::Registry;
 

@@ -4,7 +4,7 @@
 //! `IbDevice::<T>::OPS`); the driver data is initialised in `create_cq_c` and dropped in
 //! `destroy_cq_c`.
 
-use super::{CqAttr, CqNotify, CqOps, DeviceOps, IbDevice};
+use super::{CqAttr, CqNotify, CqOps, DeviceOps, IbDevice, WcSlot};
 use crate::sys::bindings;
 use crate::sys::obj::IbCq;
 use crate::sys::udata::user;
@@ -74,11 +74,12 @@ impl<T: DeviceOps> IbDevice<T> {
         if n == 0 || wc.is_null() {
             return 0;
         }
-        // SAFETY: a live CQ; the consumer passes room for `num` work completions.
+        // SAFETY: a live CQ; the consumer passes room for `num` work completions, which
+        // `WcSlot` views transparently.
         let (obj, wcs) = unsafe {
             (
                 IbCq::<T::Cq>::from_raw(cq),
-                core::slice::from_raw_parts_mut(wc, n),
+                core::slice::from_raw_parts_mut(wc.cast::<WcSlot>(), n),
             )
         };
         // At most `num` completions, a `c_int`.

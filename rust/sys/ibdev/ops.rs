@@ -123,10 +123,47 @@ pub(crate) trait CqOps<D: DeviceOps>: Sized + Send + Sync {
     fn destroy(dev: &IbDevice<D>, cq: &IbCq<Self>);
     /// `poll_cq` (kernel consumers): fills up to `wc.len()` work completions; returns how
     /// many.
-    fn poll(cq: &IbCq<Self>, wc: &mut [bindings::ib_wc]) -> usize;
+    fn poll(cq: &IbCq<Self>, wc: &mut [WcSlot]) -> usize;
     /// `req_notify_cq`: arms the CQ as `notify` says; with `report_missed` returns a
     /// positive number if completions are already waiting.
     fn req_notify(cq: &IbCq<Self>, notify: CqNotify, report_missed: bool) -> Result<i32>;
+}
+
+/// A kernel consumer's work completion (`struct ib_wc`) as `poll_cq` reports it.
+pub(crate) struct Completion {
+    /// The consumer's `wr_id`.
+    pub(crate) wr_id: u64,
+    /// How the work request completed.
+    pub(crate) status: bindings::ib_wc_status,
+    /// What the work request was.
+    pub(crate) opcode: bindings::ib_wc_opcode,
+    /// Octets transferred (received, for a receive).
+    pub(crate) byte_len: u32,
+    /// The QP of the work request.
+    pub(crate) qp: *mut bindings::ib_qp,
+    /// The local STag a received Send with Invalidate invalidated.
+    pub(crate) invalidated: Option<u32>,
+}
+
+/// One slot of the consumer's `poll_cq` array (`struct ib_wc`).
+#[repr(transparent)]
+pub(crate) struct WcSlot(bindings::ib_wc);
+
+impl WcSlot {
+    /// Writes completion `c` into the slot (the fields it does not name read as zero).
+    pub(crate) fn fill(&mut self, c: &Completion) {
+        let mut w = <bindings::ib_wc as crate::sys::Pod>::zeroed();
+        w.__bindgen_anon_1.wr_id = c.wr_id;
+        w.status = c.status;
+        w.opcode = c.opcode;
+        w.byte_len = c.byte_len;
+        w.qp = c.qp;
+        if let Some(stag) = c.invalidated {
+            w.ex.invalidate_rkey = stag;
+            w.wc_flags = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32;
+        }
+        self.0 = w;
+    }
 }
 
 /// What `req_notify_cq` arms a CQ for (`IB_CQ_SOLICITED`, `IB_CQ_NEXT_COMP`).
