@@ -370,6 +370,7 @@ impl Mr {
     }
 }
 
+#[vtable]
 impl MrOps<Device> for Mr {
     /// `get_dma_mr`: a region of all kernel memory with rights `access` in `pd`, for
     /// kernel consumers (the core asks for one per kernel PD: its `local_dma_lkey`).

@@ -224,6 +224,7 @@ impl Qp {
     }
 }
 
+#[vtable]
 impl QpOps<Device> for Qp {
     /// `create_qp`: validates the consumer's attributes in `init` (RC only, caps within
     /// [`MAX_QP_WR`], [`MAX_SGE`], [`MAX_INLINE`]), allocates the SQ and, without SRQ, the

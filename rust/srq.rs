@@ -54,6 +54,7 @@ fn invalid(what: core::fmt::Arguments<'_>) -> Error {
     EINVAL
 }
 
+#[vtable]
 impl SrqOps<Device> for Srq {
     /// `create_srq`: validates `attr` (1..=[`MAX_SRQ_WR`] WRs, at most [`MAX_SGE`] SGEs, a
     /// limit up to `max_wr`), allocates the ring (mapped for a user caller, who gets the

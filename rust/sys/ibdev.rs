@@ -97,18 +97,29 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.create_qp = Some(Self::create_qp_c);
         ops.destroy_qp = Some(Self::destroy_qp_c);
         ops.modify_qp = Some(Self::modify_qp_c);
-        ops.query_qp = Some(Self::query_qp_c);
+        if <T::Qp as QpOps<T>>::HAS_QUERY {
+            ops.query_qp = Some(Self::query_qp_c);
+        }
         ops.post_send = Some(Self::post_send_c);
         ops.post_recv = Some(Self::post_recv_c);
         ops.create_srq = Some(Self::create_srq_c);
         ops.destroy_srq = Some(Self::destroy_srq_c);
-        ops.modify_srq = Some(Self::modify_srq_c);
-        ops.query_srq = Some(Self::query_srq_c);
+        if <T::Srq as SrqOps<T>>::HAS_MODIFY {
+            ops.modify_srq = Some(Self::modify_srq_c);
+        }
+        if <T::Srq as SrqOps<T>>::HAS_QUERY {
+            ops.query_srq = Some(Self::query_srq_c);
+        }
         ops.post_srq_recv = Some(Self::post_srq_recv_c);
         ops.get_dma_mr = Some(Self::get_dma_mr_c);
         ops.reg_user_mr = Some(Self::reg_user_mr_c);
-        ops.alloc_mr = Some(Self::alloc_mr_c);
-        ops.map_mr_sg = Some(Self::map_mr_sg_c);
+        if <T::Mr as MrOps<T>>::HAS_ALLOC_FAST {
+            ops.alloc_mr = Some(Self::alloc_mr_c);
+        }
+        // The three steps of `map_mr_sg` come together.
+        if <T::Mr as MrOps<T>>::HAS_MAP_BEGIN {
+            ops.map_mr_sg = Some(Self::map_mr_sg_c);
+        }
         ops.dereg_mr = Some(Self::dereg_mr_c);
         ops.size_ib_ucontext = size_of::<bindings::ib_ucontext>();
         ops.size_ib_pd = size_of::<bindings::ib_pd>();

@@ -7,6 +7,10 @@
 //! core's pointers into the references these take and map results to errnos.
 //!
 //! Errors are returned to the caller (uverbs, a kernel ULP, iw_cm) as negative errnos.
+//!
+//! Verbs the RDMA core treats as optional are optional here too (`#[vtable]`): a driver
+//! that leaves one out gets no trampoline in the ops table, and the core answers
+//! `EOPNOTSUPP` for it.
 
 use super::IbDevice;
 use crate::sys::bindings;
@@ -15,6 +19,7 @@ use crate::sys::mem::kmem::KernelConsumer;
 use crate::sys::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, PdId, SrqRef};
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
+use kernel::error::VTABLE_DEFAULT_ERROR;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -284,6 +289,7 @@ pub(crate) struct QpAttrs {
 }
 
 /// The verbs of a queue pair, implemented by its driver data.
+#[vtable]
 pub(crate) trait QpOps<D: DeviceOps>: Sized + Send + Sync {
     /// `create_qp`: validates, allocates and answers a user caller; returns the granted
     /// queue sizes and the QP data's initialiser. The QP number is assigned already; the
@@ -298,8 +304,10 @@ pub(crate) trait QpOps<D: DeviceOps>: Sized + Send + Sync {
     fn destroy(dev: &IbDevice<D>, qp: &IbQp<Self>);
     /// `modify_qp` (the trampoline refuses mask bits beyond the standard attributes).
     fn modify(qp: &IbQp<Self>, change: &QpModify) -> Result;
-    /// `query_qp`.
-    fn query(dev: &IbDevice<D>, qp: &IbQp<Self>) -> QpAttrs;
+    /// `query_qp` (optional).
+    fn query(_dev: &IbDevice<D>, _qp: &IbQp<Self>) -> QpAttrs {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
     /// `post_send` (for a user QP: the doorbell, with an empty list).
     fn post_send<'a>(qp: &IbQp<Self>, wrs: WrList<'a, SendWr>)
         -> Result<(), PostError<'a, SendWr>>;
@@ -328,6 +336,7 @@ pub(crate) struct SrqModify {
 }
 
 /// The verbs of a shared receive queue, implemented by its driver data.
+#[vtable]
 pub(crate) trait SrqOps<D: DeviceOps>: Sized + Send + Sync {
     /// `create_srq` of a basic SRQ (the trampoline refuses the other types): validates
     /// `attr`, allocates and answers a user caller; returns the granted depth in WRs and
@@ -339,16 +348,23 @@ pub(crate) trait SrqOps<D: DeviceOps>: Sized + Send + Sync {
     ) -> Result<(u32, impl PinInit<Self, Error>)>;
     /// `destroy_srq`: called before the data is dropped.
     fn destroy(dev: &IbDevice<D>, srq: &IbSrq<Self>);
-    /// `modify_srq`.
-    fn modify(srq: &IbSrq<Self>, change: &SrqModify) -> Result;
-    /// `query_srq`.
-    fn query(srq: &IbSrq<Self>) -> SrqAttr;
+    /// `modify_srq` (optional).
+    fn modify(_srq: &IbSrq<Self>, _change: &SrqModify) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+    /// `query_srq` (optional).
+    fn query(_srq: &IbSrq<Self>) -> SrqAttr {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
     /// `post_srq_recv`.
     fn post<'a>(srq: &IbSrq<Self>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>>;
 }
 
 /// The verbs of a memory region, implemented by its driver data. Each constructor
-/// returns the region's STag (lkey = rkey) with the data.
+/// returns the region's STag (lkey = rkey) with the data. Fast registration is optional:
+/// a driver without it leaves out `alloc_fast` and the three `map_mr_sg` steps. The core
+/// calls `get_dma_mr` and `reg_user_mr` unchecked, so those are required.
+#[vtable]
 pub(crate) trait MrOps<D: DeviceOps>: Sized + Send + Sync {
     /// `get_dma_mr`: all kernel memory with rights `access` (`IB_ACCESS_*`); `kc` marks the
     /// region as a kernel consumer's.
@@ -366,22 +382,30 @@ pub(crate) trait MrOps<D: DeviceOps>: Sized + Send + Sync {
         access: i32,
         udata: &mut UserResponse<'_>,
     ) -> Result<(u32, Self)>;
-    /// `alloc_mr` of type `IB_MR_TYPE_MEM_REG` (the trampoline refuses the other types):
+    /// `alloc_mr` (optional) of type `IB_MR_TYPE_MEM_REG` (the trampoline refuses the other types):
     /// a fast-registration MR for up to `max_num_sg` pages; `kc` marks the region as a
     /// kernel consumer's.
     fn alloc_fast(
-        dev: &IbDevice<D>,
-        pd: PdId,
-        max_num_sg: u32,
-        kc: KernelConsumer,
-    ) -> Result<(u32, Self)>;
-    /// `map_mr_sg`, step 1: forget the previous page list.
-    fn map_begin(mr: &IbMr<Self>) -> Result;
+        _dev: &IbDevice<D>,
+        _pd: PdId,
+        _max_num_sg: u32,
+        _kc: KernelConsumer,
+    ) -> Result<(u32, Self)> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+    /// `map_mr_sg` (optional), step 1: forget the previous page list.
+    fn map_begin(_mr: &IbMr<Self>) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
     /// `map_mr_sg`, step 2 (per page, from `ib_sg_to_pages`): append page address `addr`.
-    fn set_page(mr: &IbMr<Self>, addr: u64) -> Result;
+    fn set_page(_mr: &IbMr<Self>, _addr: u64) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
     /// `map_mr_sg`, step 3: the mapping covers `len` octets at `iova` in pages of
     /// `page_size` octets.
-    fn map_end(mr: &IbMr<Self>, iova: u64, len: u64, page_size: u32);
+    fn map_end(_mr: &IbMr<Self>, _iova: u64, _len: u64, _page_size: u32) {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
     /// `dereg_mr`: called before the MR data is dropped and the MR freed.
     fn dereg(dev: &IbDevice<D>, mr: &IbMr<Self>);
 }
