@@ -6,13 +6,10 @@
 //! address, its node GUID the EUI-64 derived from it; the port state follows the netdev.
 
 use crate::abi::AllocCtxResp;
-use crate::cq::Cq;
 use crate::limits::{
     Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
 };
-use crate::mem::{Mr, StagTable};
-use crate::qp::Qp;
-use crate::srq::Srq;
+use crate::mem::StagTable;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::net::link::LinkHandler;
@@ -178,13 +175,6 @@ impl DeviceOps for Device {
             *v = c.load(Ordering::Relaxed);
         }
     }
-
-    type Cq = Cq;
-    type Qp = Qp;
-    type Srq = Srq;
-    type Mr = Mr;
-    type Listener = crate::cm::Listener;
-    type Cep = crate::cm::Cep;
 }
 
 /// The `rsiw` link type and netdev event handler.

@@ -26,6 +26,17 @@ mod sys;
 mod timer;
 mod wqe;
 
+/// What an rsiw device's objects are: the driver data each core object carries, which
+/// implements that object's verbs (the device's own verbs are in [`device`]).
+impl sys::ibdev::Objects for device::Device {
+    type Cq = cq::Cq;
+    type Qp = qp::Qp;
+    type Srq = srq::Srq;
+    type Mr = mem::Mr;
+    type Listener = cm::Listener;
+    type Cep = cm::Cep;
+}
+
 module! {
     type: Rsiw,
     name: "rsiw",

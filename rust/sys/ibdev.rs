@@ -24,7 +24,8 @@ mod srq;
 pub(crate) use device::ib_mtu;
 pub(crate) use ops::{
     CepOps, Completion, CqAttr, CqNotify, CqOps, DeviceAttr, DeviceOps, ListenerOps, MrOps,
-    PortAttr, QpAttrs, QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify, SrqOps, WcSlot,
+    Objects, PortAttr, QpAttrs, QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify,
+    SrqOps, WcSlot,
 };
 pub(crate) use registry::Registry;
 
@@ -57,6 +58,20 @@ impl<T> core::ops::Deref for IbDevice<T> {
 
     fn deref(&self) -> &T {
         &self.data
+    }
+}
+
+impl<T> IbDevice<T> {
+    /// Returns the device behind a core pointer.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is the `ib_device` of a live `IbDevice<T>` (its ops are `Self::OPS`), and
+    /// stays live for `'a`.
+    pub(super) unsafe fn from_raw<'a>(raw: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts
+        // at `raw`; the caller guarantees it is a live `IbDevice<T>`.
+        unsafe { &*raw.cast::<Self>() }
     }
 }
 
@@ -129,18 +144,6 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.size_ib_srq = size_of::<IbSrq<T::Srq>>();
         ops
     };
-
-    /// Returns the device behind a core pointer.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is the `ib_device` of a live `IbDevice<T>` (its ops are `Self::OPS`), and
-    /// stays live for `'a`.
-    pub(super) unsafe fn from_raw<'a>(raw: *mut bindings::ib_device) -> &'a Self {
-        // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts
-        // at `raw`; the caller guarantees it is a live `IbDevice<T>`.
-        unsafe { &*raw.cast::<Self>() }
-    }
 
     /// Returns the raw `ib_device` pointer.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
@@ -379,7 +382,7 @@ pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevi
     true
 }
 
-impl<T: DeviceOps> IbDevice<T> {
+impl<T: Objects> IbDevice<T> {
     /// A counted reference to QP `qpn` of this device (for the transport of a connection),
     /// or `None` if no such QP exists. The QP's destroy waits until it is dropped.
     pub(crate) fn qp_ref(&self, qpn: u32) -> Option<QpRef<T>> {
@@ -405,27 +408,27 @@ impl<T: DeviceOps> IbDevice<T> {
 /// `qp` is a live QP of `dev` on which this value holds one reference (`IbQp::get_ref`),
 /// so its destroy cannot complete before the value is dropped; `dev` is live while any of
 /// its QPs is.
-pub(crate) struct QpRef<T: DeviceOps> {
+pub(crate) struct QpRef<T: Objects> {
     dev: NonNull<IbDevice<T>>,
     qp: NonNull<IbQp<T::Qp>>,
 }
 
 // SAFETY: a `QpRef` is a counted shared reference; the QP and device data are `Sync`.
-unsafe impl<T: DeviceOps> Send for QpRef<T>
+unsafe impl<T: Objects> Send for QpRef<T>
 where
     T: Sync,
     T::Qp: Sync,
 {
 }
 // SAFETY: as above.
-unsafe impl<T: DeviceOps> Sync for QpRef<T>
+unsafe impl<T: Objects> Sync for QpRef<T>
 where
     T: Sync,
     T::Qp: Sync,
 {
 }
 
-impl<T: DeviceOps> QpRef<T> {
+impl<T: Objects> QpRef<T> {
     /// The QP.
     pub(crate) fn qp(&self) -> &IbQp<T::Qp> {
         // SAFETY: live while the reference is held (type invariant).
@@ -439,7 +442,7 @@ impl<T: DeviceOps> QpRef<T> {
     }
 }
 
-impl<T: DeviceOps> Drop for QpRef<T> {
+impl<T: Objects> Drop for QpRef<T> {
     fn drop(&mut self) {
         // Balances the reference taken by `qp_ref`; nothing touches the QP afterwards.
         self.qp().put_ref();

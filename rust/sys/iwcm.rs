@@ -12,7 +12,7 @@
 //! warns (a bug of its own).
 
 use super::bindings as b;
-use super::ibdev::{errno, CepOps, DeviceOps, IbDevice, ListenerOps};
+use super::ibdev::{errno, CepOps, DeviceOps, IbDevice, ListenerOps, Objects};
 use super::net::socket::SockAddr;
 use core::ffi::c_void;
 use core::marker::PhantomData;
@@ -155,7 +155,7 @@ impl CmEvent<'_> {
 /// `ptr` is a valid `iw_cm_id` of a `T` device; this object owns one reference on it.
 /// The `provider_data` of ids created from its CONNECT_REQUEST events holds an
 /// `Arc<T::Cep>` (see [`CmId::connect_request`]).
-pub(crate) struct CmId<T: DeviceOps> {
+pub(crate) struct CmId<T: Objects> {
     ptr: NonNull<b::iw_cm_id>,
     /// The id's [`Phase`] (its events come from one owner at a time, serialised by it).
     phase: AtomicU8,
@@ -164,12 +164,12 @@ pub(crate) struct CmId<T: DeviceOps> {
 
 // SAFETY: the iw_cm_id is reference counted by iw_cm; `event_handler`, `add_ref` and
 // `rem_ref` may be called from any context and thread.
-unsafe impl<T: DeviceOps> Send for CmId<T> {}
+unsafe impl<T: Objects> Send for CmId<T> {}
 // SAFETY: as above; `&CmId` only reads fields that are constant while a provider holds
 // the id, or calls the thread-safe event handler.
-unsafe impl<T: DeviceOps> Sync for CmId<T> {}
+unsafe impl<T: Objects> Sync for CmId<T> {}
 
-impl<T: DeviceOps> CmId<T> {
+impl<T: Objects> CmId<T> {
     /// Takes a reference on `ptr`, handed to the provider operation of `role`.
     ///
     /// # Safety
@@ -288,7 +288,7 @@ impl<T: DeviceOps> CmId<T> {
     }
 }
 
-impl<T: DeviceOps> Drop for CmId<T> {
+impl<T: Objects> Drop for CmId<T> {
     fn drop(&mut self) {
         let id = self.ptr.as_ptr();
         // SAFETY: we own one reference (invariant); `rem_ref` drops it.

@@ -23,8 +23,26 @@ use kernel::error::VTABLE_DEFAULT_ERROR;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// The device-level verbs, and the driver data types of the device's objects.
-pub(crate) trait DeviceOps: Sized + Send + Sync {
+/// The driver data types of a device type's objects, each implementing its object's verbs.
+/// Kept apart from [`DeviceOps`] so that the device's own code need not name the object
+/// types: the driver binds them where it puts the device and its objects together.
+pub(crate) trait Objects: Sized + Send + Sync {
+    /// The driver data of a completion queue.
+    type Cq: CqOps<Self>;
+    /// The driver data of a queue pair.
+    type Qp: QpOps<Self>;
+    /// The driver data of a shared receive queue.
+    type Srq: SrqOps<Self>;
+    /// The driver data of a memory region.
+    type Mr: MrOps<Self>;
+    /// The driver data of a listening `iw_cm_id`.
+    type Listener: ListenerOps<Self>;
+    /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
+    type Cep: CepOps<Self>;
+}
+
+/// The device-level verbs.
+pub(crate) trait DeviceOps: Objects {
     /// `query_device`: the device's identity and limits.
     fn query_device(dev: &IbDevice<Self>) -> DeviceAttr;
     /// `query_port` for port 1 (the only one): the state of the port.
@@ -48,19 +66,6 @@ pub(crate) trait DeviceOps: Sized + Send + Sync {
     /// `get_hw_stats`: writes the current value of each counter of [`Self::HW_STATS`] on
     /// port 1 into `values`, in the same order (`values` may be shorter).
     fn hw_stats(dev: &IbDevice<Self>, values: &mut [u64]);
-
-    /// The driver data of a completion queue.
-    type Cq: CqOps<Self>;
-    /// The driver data of a queue pair.
-    type Qp: QpOps<Self>;
-    /// The driver data of a shared receive queue.
-    type Srq: SrqOps<Self>;
-    /// The driver data of a memory region.
-    type Mr: MrOps<Self>;
-    /// The driver data of a listening `iw_cm_id`.
-    type Listener: ListenerOps<Self>;
-    /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
-    type Cep: CepOps<Self>;
 }
 
 /// The identity and limits of a device, as `query_device` reports them. Every rsiw
@@ -116,7 +121,7 @@ pub(crate) struct CqAttr {
 }
 
 /// The verbs of a completion queue, implemented by its driver data.
-pub(crate) trait CqOps<D: DeviceOps>: Sized + Send + Sync {
+pub(crate) trait CqOps<D: Objects>: Sized + Send + Sync {
     /// `create_cq`: validates `attr`, allocates what the CQ needs, answers a user caller
     /// through `udata` and returns the CQ depth (CQEs) and the initialiser of the CQ data.
     fn create(
@@ -182,7 +187,7 @@ pub(crate) enum CqNotify {
 
 /// What `create_qp` of an RC QP gets besides the user data (the trampoline refuses other
 /// QP types and create flags).
-pub(crate) struct QpInit<D: DeviceOps> {
+pub(crate) struct QpInit<D: Objects> {
     /// The queue sizes the consumer asks for.
     pub(crate) cap: QpCap,
     /// Whether every send WR completes signalled (`IB_SIGNAL_ALL_WR`).
@@ -290,7 +295,7 @@ pub(crate) struct QpAttrs {
 
 /// The verbs of a queue pair, implemented by its driver data.
 #[vtable]
-pub(crate) trait QpOps<D: DeviceOps>: Sized + Send + Sync {
+pub(crate) trait QpOps<D: Objects>: Sized + Send + Sync {
     /// `create_qp`: validates, allocates and answers a user caller; returns the granted
     /// queue sizes and the QP data's initialiser. The QP number is assigned already; the
     /// QP becomes visible to `iw_get_qp` after the data is initialised.
@@ -337,7 +342,7 @@ pub(crate) struct SrqModify {
 
 /// The verbs of a shared receive queue, implemented by its driver data.
 #[vtable]
-pub(crate) trait SrqOps<D: DeviceOps>: Sized + Send + Sync {
+pub(crate) trait SrqOps<D: Objects>: Sized + Send + Sync {
     /// `create_srq` of a basic SRQ (the trampoline refuses the other types): validates
     /// `attr`, allocates and answers a user caller; returns the granted depth in WRs and
     /// the initialiser of the SRQ data.
@@ -365,7 +370,7 @@ pub(crate) trait SrqOps<D: DeviceOps>: Sized + Send + Sync {
 /// a driver without it leaves out `alloc_fast` and the three `map_mr_sg` steps. The core
 /// calls `get_dma_mr` and `reg_user_mr` unchecked, so those are required.
 #[vtable]
-pub(crate) trait MrOps<D: DeviceOps>: Sized + Send + Sync {
+pub(crate) trait MrOps<D: Objects>: Sized + Send + Sync {
     /// `get_dma_mr`: all kernel memory with rights `access` (`IB_ACCESS_*`); `kc` marks the
     /// region as a kernel consumer's.
     fn get_dma(dev: &IbDevice<D>, pd: PdId, access: i32, kc: KernelConsumer)
@@ -411,7 +416,7 @@ pub(crate) trait MrOps<D: DeviceOps>: Sized + Send + Sync {
 }
 
 /// The iw_cm verbs of a listening endpoint, implemented by its driver data.
-pub(crate) trait ListenerOps<D: DeviceOps>: Sized + Send + Sync + 'static {
+pub(crate) trait ListenerOps<D: Objects>: Sized + Send + Sync + 'static {
     /// `iw_create_listen`: listens on `id`'s mapped local address.
     fn create(dev: &IbDevice<D>, id: CmId<D>, backlog: i32) -> Result<Arc<Self>>;
     /// `iw_destroy_listen`: stops listening.
@@ -419,7 +424,7 @@ pub(crate) trait ListenerOps<D: DeviceOps>: Sized + Send + Sync + 'static {
 }
 
 /// The iw_cm verbs of a connection endpoint, implemented by its driver data.
-pub(crate) trait CepOps<D: DeviceOps>: Sized + Send + Sync + 'static {
+pub(crate) trait CepOps<D: Objects>: Sized + Send + Sync + 'static {
     /// `iw_connect`: connects `id` with `param` (active side).
     fn connect(dev: &IbDevice<D>, id: CmId<D>, param: ConnParam) -> Result;
     /// `iw_accept`: accepts the connection of `cep` on the new `id`.
