@@ -9,7 +9,7 @@ use crate::abi::AllocCtxResp;
 use crate::limits::{
     Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
 };
-use crate::mem::StagTable;
+use crate::stag::StagTable;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::net::link::LinkHandler;

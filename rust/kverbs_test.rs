@@ -16,9 +16,9 @@ mod suite {
     use crate::device::{Device, Link};
     use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
     use crate::limits::MAX_FRMR_PAGES;
-    use crate::mem::{access_bits, MrRef};
     use crate::qp::Qp;
     use crate::srq::Srq;
+    use crate::stag::{access_bits, MrRef};
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
         netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp,

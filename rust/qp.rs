@@ -188,7 +188,7 @@ fn kernel_rings(num_sqe: u32, num_rqe: u32) -> Result<Rings> {
 
 impl Qp {
     /// The protection domain the QP belongs to: STags used on it must belong to the same
-    /// one ([`crate::mem::StagTable::lookup`]).
+    /// one ([`crate::stag::StagTable::lookup`]).
     pub(crate) fn pd(&self) -> PdId {
         self.pd
     }

@@ -22,6 +22,7 @@ mod limits;
 mod mem;
 mod qp;
 mod srq;
+mod stag;
 mod sys;
 mod timer;
 mod wqe;

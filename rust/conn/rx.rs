@@ -21,8 +21,8 @@ use crate::engine::rx_shell::{
 };
 use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
-use crate::mem::access_bits;
 use crate::qp::Qp;
+use crate::stag::access_bits;
 use crate::sys::ibdev::QpRef;
 use crate::sys::mem::kmem::crc32c_kva;
 use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};

@@ -7,7 +7,7 @@
 use super::tx::Payload;
 use crate::engine::stream::TxSink;
 use crate::limits::MAX_INLINE;
-use crate::mem::MrRef;
+use crate::stag::MrRef;
 use crate::sys::mem::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::SockOps;
 use kernel::prelude::*;

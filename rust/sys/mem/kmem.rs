@@ -16,7 +16,7 @@ use kernel::prelude::*;
 /// # Invariants
 ///
 /// `[kva, kva + len)` is mapped kernel memory, valid for reads and writes for as long as
-/// the memory region it was resolved from ([`crate::mem::Mem`]) is alive; its holder
+/// the memory region it was resolved from ([`crate::stag::Mem`]) is alive; its holder
 /// keeps a reference to that region while it uses the range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Kva {
