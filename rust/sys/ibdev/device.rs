@@ -207,12 +207,12 @@ impl<T: DeviceOps> IbDevice<T> {
     /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
     /// core passes for this operation on a live device of this type.
     pub(super) unsafe extern "C" fn dealloc_driver_c(raw: *mut bindings::ib_device) {
+        // The core calls `dealloc_driver` exactly once, on a device of this type whose
+        // data was initialised before the ops were installed (`NewDevice::new`).
         let this = raw.cast::<Self>();
         Registry::remove(raw);
-        // SAFETY: the core calls `dealloc_driver` exactly once, on a device of this type
-        // whose data was initialised before the ops were installed (`NewDevice::new`);
-        // `data` and `qps` are initialised and nothing uses them after this point: the
-        // core destroyed all objects, calls no further operations and frees the memory.
+        // SAFETY: `data` and `qps` are initialised and unused from here on: the core
+        // destroyed all objects, calls no further operations and frees the memory.
         unsafe {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
