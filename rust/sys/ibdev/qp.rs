@@ -14,32 +14,36 @@ use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
-/// Checks that `attr` asks for a QP an iWARP device has: RC, without create flags (else
-/// `None`, logged). Returns whether every send WR is signalled, or `None` (logged) for an
-/// unknown `sq_sig_type`.
-fn check_rc(attr: &bindings::ib_qp_init_attr) -> Option<Option<bool>> {
+/// Checks that `attr` asks for a QP an iWARP device has: RC, without create flags. Returns
+/// whether every send WR is signalled.
+///
+/// # Errors
+///
+/// `EOPNOTSUPP` for another QP type or create flags, `EINVAL` for an unknown
+/// `sq_sig_type`; each logged (rate-limited).
+fn check_rc(attr: &bindings::ib_qp_init_attr) -> Result<bool> {
     if attr.create_flags != 0 {
         pr_err_ratelimited!(
             "create_qp: create_flags {:#x} are not supported\n",
             attr.create_flags
         );
-        return None;
+        return Err(EOPNOTSUPP);
     }
     if attr.qp_type != bindings::ib_qp_type_IB_QPT_RC {
         pr_err_ratelimited!(
             "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
             attr.qp_type
         );
-        return None;
+        return Err(EOPNOTSUPP);
     }
-    Some(match attr.sq_sig_type {
-        bindings::ib_sig_type_IB_SIGNAL_ALL_WR => Some(true),
-        bindings::ib_sig_type_IB_SIGNAL_REQ_WR => Some(false),
+    match attr.sq_sig_type {
+        bindings::ib_sig_type_IB_SIGNAL_ALL_WR => Ok(true),
+        bindings::ib_sig_type_IB_SIGNAL_REQ_WR => Ok(false),
         t => {
             pr_err_ratelimited!("create_qp: sq_sig_type {t} unknown\n");
-            None
+            Err(EINVAL)
         }
-    })
+    }
 }
 
 impl QpCap {
@@ -88,11 +92,9 @@ impl<T: DeviceOps> IbDevice<T> {
             // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
             // device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
-        let Some(sig_all) = check_rc(attr) else {
-            return EOPNOTSUPP.to_errno();
-        };
-        let Some(sig_all) = sig_all else {
-            return EINVAL.to_errno();
+        let sig_all = match check_rc(attr) {
+            Ok(s) => s,
+            Err(e) => return e.to_errno(),
         };
         // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
         // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
