@@ -19,6 +19,7 @@
 #include "rsiw_helpers.h"
 
 static struct workqueue_struct *rsiw_wq;
+static struct workqueue_struct *rsiw_cm_wq;
 static atomic_t rsiw_live = ATOMIC_INIT(0);
 
 struct module *rsiw_this_module(void)
@@ -245,7 +246,15 @@ int rsiw_live_wait(unsigned int timeout_ms)
 int rsiw_wq_init(void)
 {
 	rsiw_wq = alloc_workqueue("rsiw", WQ_HIGHPRI | WQ_PERCPU | WQ_MEM_RECLAIM, 0);
-	return rsiw_wq ? 0 : -ENOMEM;
+	if (!rsiw_wq)
+		return -ENOMEM;
+	rsiw_cm_wq = alloc_workqueue("rsiw_cm", WQ_PERCPU | WQ_MEM_RECLAIM, 0);
+	if (!rsiw_cm_wq) {
+		destroy_workqueue(rsiw_wq);
+		rsiw_wq = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 struct workqueue_struct *rsiw_wq_get(void)
@@ -253,8 +262,15 @@ struct workqueue_struct *rsiw_wq_get(void)
 	return rsiw_wq;
 }
 
+struct workqueue_struct *rsiw_cm_wq_get(void)
+{
+	return rsiw_cm_wq;
+}
+
 void rsiw_wq_exit(void)
 {
+	destroy_workqueue(rsiw_cm_wq);
+	rsiw_cm_wq = NULL;
 	destroy_workqueue(rsiw_wq);
 	rsiw_wq = NULL;
 }

@@ -65,12 +65,15 @@ bool rsiw_ratelimit(unsigned int site);
 
 struct workqueue_struct;
 /*
- * rsiw's own work queue (high priority, per-CPU, WQ_MEM_RECLAIM for storage ULPs):
- * created at module init, destroyed (after draining) at module exit, so no work item of
- * rsiw can outlive the module's code.
+ * rsiw's own work queues, both per-CPU and WQ_MEM_RECLAIM (storage ULPs reconnect under
+ * memory pressure): "rsiw" (high priority) for the connections' data path, "rsiw_cm"
+ * (normal priority) for listeners and connection endpoints.  Created at module init,
+ * destroyed (after draining, "rsiw_cm" first, since its work may queue data-path work) at
+ * module exit, so no work item of rsiw can outlive the module's code.
  */
 int rsiw_wq_init(void);
 struct workqueue_struct *rsiw_wq_get(void);
+struct workqueue_struct *rsiw_cm_wq_get(void);
 void rsiw_wq_exit(void);
 
 /*

@@ -94,7 +94,7 @@ impl HrTimerCallback for Cep {
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
         this.timed_out.store(true, Ordering::Release);
-        let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+        let _ = crate::sys::cm_queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
 }
@@ -151,7 +151,7 @@ impl Cep {
             Self::arm_timer(&cep, &mut g);
         }
         // Data may have arrived before the attachment.
-        let _ = crate::sys::queue().enqueue(cep);
+        let _ = crate::sys::cm_queue().enqueue(cep);
         Ok(())
     }
 
@@ -194,7 +194,7 @@ impl Cep {
                 return Err(e);
             }
         }
-        let _ = crate::sys::queue().enqueue(cep);
+        let _ = crate::sys::cm_queue().enqueue(cep);
         Ok(())
     }
 
@@ -224,7 +224,7 @@ impl Cep {
                 // item); it may be in the socket already.
                 g.state = CepState::AwaitRtr;
                 Self::arm_timer(this, g);
-                let _ = crate::sys::queue().enqueue(this.clone());
+                let _ = crate::sys::cm_queue().enqueue(this.clone());
                 Ok(())
             }
             other => {
@@ -650,7 +650,7 @@ impl CepOps<Device> for Cep {
 impl SockEvents for Cep {
     fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
         if ev != SockEvent::WriteSpace {
-            let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+            let _ = crate::sys::cm_queue().enqueue(Arc::<Self>::from(this));
         }
     }
 }

@@ -136,7 +136,7 @@ impl Listener {
 impl SockEvents for Listener {
     fn event(this: ArcBorrow<'_, Self>, _sock: SockRef<'_>, ev: SockEvent) {
         if ev == SockEvent::DataReady {
-            let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
+            let _ = crate::sys::cm_queue().enqueue(Arc::<Self>::from(this));
         }
     }
 }

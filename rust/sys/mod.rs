@@ -150,13 +150,21 @@ pub(crate) fn random_u32() -> u32 {
     unsafe { bindings::get_random_u32() }
 }
 
-/// rsiw's own work queue (`rsiw_wq_init()` in the C shim: high priority, per-CPU,
-/// `WQ_MEM_RECLAIM`), for the connection manager's and the connections' work items.
+/// rsiw's own work queues (`rsiw_wq_init()` in the C shim, both per-CPU and
+/// `WQ_MEM_RECLAIM`): a high-priority one for the connections' work items ([`queue`])
+/// and a normal-priority one for the connection manager's ([`cm_queue`]).
+///
+/// The connection manager's work stays at normal priority because it runs on the CPU
+/// whose softirq received the peer's MPA frame, which is often the CPU of the thread that
+/// sent it: a high-priority worker there preempts that thread at once. A peer whose
+/// accepting thread sends the MPA Reply and only then takes over its socket's receive
+/// callback (the C siw's `siw_accept()`) would then miss an Initiator FPDU that rsiw sends
+/// in between, as RFC 5044 §7.1.2 allows, and never read its socket again.
 ///
 /// # Invariants
 ///
-/// While a `WorkQueue` exists, `rsiw_wq_get()` returns a live work queue. Dropping it
-/// drains and destroys the queue.
+/// While a `WorkQueue` exists, `rsiw_wq_get()` and `rsiw_cm_wq_get()` return live work
+/// queues. Dropping it drains and destroys both.
 pub(crate) struct WorkQueue(());
 
 impl WorkQueue {
@@ -227,4 +235,12 @@ pub(crate) fn queue() -> &'static kernel::workqueue::Queue {
     // SAFETY: only rsiw's objects queue work, between module init and the `WorkQueue`'s
     // drop at exit, which drains the queue before destroying it.
     unsafe { kernel::workqueue::Queue::from_raw(bindings::rsiw_wq_get().cast()) }
+}
+
+/// The normal-priority queue of [`WorkQueue`] for the listeners' and connection
+/// endpoints' work items.
+pub(crate) fn cm_queue() -> &'static kernel::workqueue::Queue {
+    // SAFETY: as for `queue`: only rsiw's listeners and CEPs queue work here, between
+    // module init and the `WorkQueue`'s drop at exit, which drains it before destroying it.
+    unsafe { kernel::workqueue::Queue::from_raw(bindings::rsiw_cm_wq_get().cast()) }
 }
