@@ -209,7 +209,8 @@ mod suite {
         let rc = b::ib_qp_type_IB_QPT_RC;
         let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, caps, &QP_EV));
         check!(qp.qpn() != 0);
-        check!(req!(qp.query()) == (RESET, 4, 4));
+        // An RNIC's QP starts in INIT (iWARP Idle).
+        check!(req!(qp.query()) == (INIT, 4, 4));
         let buf = req!(KVec::from_elem(0u8, 4096, GFP_KERNEL));
         let t = QpRig::new(&pd, &cq, &qp, &buf);
         qp_post_before_rts(&t)?;
@@ -226,6 +227,7 @@ mod suite {
     fn qp_post_before_rts(t: &QpRig<'_>) -> Checked {
         let (qp, one, two) = (t.qp, &t.one, &t.two);
         // Nothing may be posted in RESET.
+        req!(qp.set_state(RESET));
         check!(errno_at(qp.post_recv(&[recv(1, one)])) == Some((EINVAL.to_errno(), 0)));
         req!(qp.set_state(INIT));
         // The RQ has 4 slots (3 rounded up).

@@ -289,7 +289,7 @@ impl QpOps<Device> for Qp {
             rcq: recv_cq,
             sq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_sq"),
             rq_pos <- new_spinlock_irq!(Pos { put: 0, get: 0 }, "rsiw_qp_rq"),
-            state: AtomicU8::new(State::Reset as u8),
+            state: AtomicU8::new(State::Init as u8),
             attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
             destroying: AtomicBool::new(false),
             conn <- new_spinlock_irq!(None, "rsiw_qp_conn"),

@@ -3,7 +3,9 @@
 //! The QP state machine and flushing.
 //!
 //! States follow the verbs (`IB_QPS_*`) and RFC 5040 §8 / the RDMAC verbs for iWARP:
-//! RESET → INIT (RDMAC "Idle") → RTR → RTS. Consumers move a QP with `modify_qp`, except
+//! RESET → INIT (RDMAC "Idle") → RTR → RTS. A QP is created in INIT, as an RNIC's QP starts
+//! in Idle (rdma-core's tests expect `IBV_QPS_INIT` of a new QP on an `IBV_NODE_RNIC`
+//! device, and the C siw reports it). Consumers move a QP with `modify_qp`, except
 //! into RTS: that needs an established iWARP connection, so only the connection manager
 //! enters it ([`Qp::enter_rts`]); `modify_qp` to RTS is accepted only from RTS. Work
 //! requests may be posted in INIT and RTR (iWARP "Idle": posted, not processed).

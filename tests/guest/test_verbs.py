@@ -172,9 +172,13 @@ def test_qp_query_reports_granted_caps(ctx):
     cq = CQ(ctx, 16)
     qp = make_qp(pd, cq, send_wr=5, recv_wr=9, send_sge=2, recv_sge=3)
     attr, init = qp.query(e.IBV_QP_STATE | e.IBV_QP_CAP)
-    assert attr.qp_state == e.IBV_QPS_RESET
+    # An RNIC's QP starts in INIT (iWARP Idle), which rdma-core's test_query_rc_qp expects.
+    assert attr.qp_state == e.IBV_QPS_INIT
     assert attr.cap.max_send_wr == 8 and attr.cap.max_recv_wr == 16
     assert attr.cap.max_send_sge == 2 and attr.cap.max_recv_sge == 3
+    modify(qp, e.IBV_QPS_RESET)
+    attr, init = qp.query(e.IBV_QP_STATE)
+    assert attr.qp_state == e.IBV_QPS_RESET
     modify(qp, e.IBV_QPS_INIT)
     attr, init = qp.query(e.IBV_QP_STATE)
     assert attr.qp_state == e.IBV_QPS_INIT
@@ -207,6 +211,7 @@ def test_modify_to_rts_without_connection_fails(ctx):
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     qp = make_qp(pd, cq)
+    modify(qp, e.IBV_QPS_RESET)
     with pytest.raises(PyverbsRDMAError) as ei:
         modify(qp, e.IBV_QPS_RTR)  # RESET -> RTR skips INIT
     assert errno_of(ei) == errno.EINVAL
@@ -283,6 +288,7 @@ def test_doorbell_in_reset_fails(ctx):
     cq = CQ(ctx, 16)
     mr = MR(pd, 4096, ACCESS)
     qp = make_qp(pd, cq)
+    modify(qp, e.IBV_QPS_RESET)
     # The siw library returns the doorbell write's -1 (errno is not kept by pyverbs):
     # the kernel's reason is in the log.
     with pytest.raises(PyverbsRDMAError):
