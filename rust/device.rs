@@ -209,7 +209,11 @@ impl LinkHandler for Link {
                 stats: [const { AtomicU64::new(0) }; STAT_COUNT],
             }),
         )?;
-        dev.set_identity(eui64(mac), NODE_DESC, 1);
+        // One completion vector per possible CPU id, as the C siw offers: libraries spread
+        // their CQs over the vectors. A CQ's vector places nothing: its completions are
+        // reported in the context that completes the WQE.
+        let vectors = i32::try_from(kernel::cpu::nr_cpu_ids()).unwrap_or(i32::MAX);
+        dev.set_identity(eui64(mac), NODE_DESC, vectors);
         dev.set_netdev(ndev)?;
         dev.register(name).inspect_err(|e| {
             pr_err_ratelimited!(

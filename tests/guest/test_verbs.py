@@ -122,6 +122,20 @@ def test_objects_create_destroy_and_show_in_restrack(ctx):
     assert "mrn" not in sh(f"rdma resource show mr dev {DEV}").stdout
 
 
+def test_cq_on_every_completion_vector(ctx):
+    # One vector per possible CPU, as the C siw: libraries spread their CQs over them.
+    n = ctx.num_comp_vectors
+    with open("/sys/devices/system/cpu/possible") as f:
+        possible = f.read().strip()  # "0-1", "0"
+    assert n == int(re.split("[-,]", possible)[-1]) + 1, (n, possible)
+    cqs = [CQ(ctx, 16, None, None, v) for v in range(n)]
+    for cq in cqs:
+        cq.close()
+    with pytest.raises(PyverbsRDMAError) as ei:
+        CQ(ctx, 16, None, None, n)
+    assert errno_of(ei) == errno.EINVAL
+
+
 def test_cq_size_limits(ctx):
     with pytest.raises(PyverbsRDMAError) as ei:
         CQ(ctx, MAX_CQE + 1)
