@@ -9,7 +9,9 @@
 #      NVMe-oF with fio (the hostile peer against its kernel QPs runs on the debug kernel,
 #      where KASAN watches), the cases that trip lockdep inside the C siw (P2P RTR against siw), and
 #      the interop cases the debug kernel leaves out (CRC on with rsiw as server, MPA
-#      revision 1 with CRC), which complete the revision x CRC x role matrix against siw
+#      revision 1 with CRC), which complete the revision x CRC x role matrix against siw,
+#      rdma-core's own pyverbs suite on rsiw and on siw (tests/guest/test_rdma_core.py),
+#      and a link type the debug kernel lacks (sit)
 . "$(dirname "$0")/lib.sh"
 
 log "check: host tests"
@@ -27,6 +29,8 @@ log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR p
 "$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout "${RSIW_STOCK_TIMEOUT:-1200}" -- \
 	env RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 RSIW_INTEROP_FULL=1 \
 	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest/test_transport.py \
-	tests/guest/test_nvmeof.py -k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
-	or (interop_siw and crc1 and (rsiw_server or rev1))"
+	tests/guest/test_rdma_core.py tests/guest/test_device.py tests/guest/test_nvmeof.py \
+	-k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
+	or (interop_siw and crc1 and (rsiw_server or rev1)) or rdma_core_suite \
+	or unsupported_link_type"
 log "check: all passed"
