@@ -87,6 +87,13 @@ fn u64_to_mac(v: u64) -> [u8; 6] {
 }
 
 /// Returns the modified EUI-64 for an EUI-48 MAC (RFC 4291 Appendix A), in network order.
+/// A random locally administered unicast MAC address (as `eth_random_addr()`).
+fn random_mac() -> [u8; 6] {
+    let hi = crate::sys::random_u32().to_ne_bytes();
+    let lo = crate::sys::random_u32().to_ne_bytes();
+    [(hi[0] & 0xfe) | 0x02, hi[1], hi[2], hi[3], lo[0], lo[1]]
+}
+
 fn eui64(mac: [u8; 6]) -> [u8; 8] {
     [
         mac[0] ^ 0x02,
@@ -185,9 +192,10 @@ impl LinkHandler for Link {
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         let ifname = BStr::from_bytes(ndev.name());
-        if !ndev.is_ethernet() {
+        if !ndev.carries_iwarp() {
             pr_err_ratelimited!(
-                "{name}: netdev {ifname} has link type {}, rsiw needs Ethernet\n",
+                "{name}: netdev {ifname} has link type {}, not one rsiw serves \
+                 (Ethernet, IEEE 802, loopback, none)\n",
                 ndev.link_type()
             );
             return Err(EINVAL);
@@ -199,7 +207,8 @@ impl LinkHandler for Link {
             );
             return Err(EEXIST);
         }
-        let mac = ndev.mac().unwrap_or([0; 6]);
+        // A netdev without a MAC address (ARPHRD_NONE) still needs a unique GID and GUID.
+        let mac = ndev.mac().unwrap_or_else(random_mac);
         let mut dev = NewDevice::new(
             ndev,
             pin_init!(Device {

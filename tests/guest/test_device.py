@@ -202,16 +202,35 @@ def test_bad_link_add_requests_fail_cleanly(rsiw, dummy):
     assert "PORT_ACTIVE" in devinfo("rsiw0")
 
 
-def test_non_ethernet_netdev_is_refused(rsiw):
-    """A layer-3 tun device (ARPHRD_NONE) is refused with a message naming the cause."""
-    name = "rstun0"
-    sh(f"ip tuntap add {name} mode tun")
+def test_layer3_netdevs_are_served(rsiw):
+    """Netdevs without a link-layer header (ARPHRD_NONE: tun, WireGuard) are served, as
+    by the C siw; having no MAC address, each device gets a random, unique GID."""
+    names = ["rstun0", "rstun1"]
     try:
-        assert os.path.exists(f"/sys/class/net/{name}")
+        for i, name in enumerate(names):
+            sh(f"ip tuntap add {name} mode tun")
+            sh(f"rdma link add rsiw{2 + i} type rsiw netdev {name}")
+        gids = [gid0(f"rsiw{2 + i}") for i in range(len(names))]
+        assert all(g != "0" * 32 for g in gids) and gids[0] != gids[1], gids
+        assert "iWARP" in devinfo("rsiw2")
+    finally:
+        for i, name in enumerate(names):
+            sh(f"rdma link del rsiw{2 + i}", check=False)
+            del_link(name)
+    assert "rsiw2" not in rdma_links() and "rsiw3" not in rdma_links()
+
+
+def test_unsupported_link_type_is_refused(rsiw):
+    """A link type rsiw cannot serve (an IPv6-in-IPv4 tunnel, ARPHRD_SIT) is refused
+    with a message naming the cause."""
+    name = "rssit0"
+    if sh(f"ip link add {name} type sit", check=False).returncode != 0:
+        pytest.skip("this kernel has no sit tunnels (the stock kernel has)")
+    try:
         r = sh(f"rdma link add rsiw2 type rsiw netdev {name}", check=False)
         assert r.returncode != 0
         assert "rsiw2" not in rdma_links()
-        assert "needs Ethernet" in sh("dmesg | tail -n 5").stdout
+        assert "not one rsiw serves" in sh("dmesg | tail -n 5").stdout
     finally:
         del_link(name)
 

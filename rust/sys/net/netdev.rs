@@ -61,11 +61,16 @@ impl NetDev {
         unsafe { bindings::rsiw_netdev_type(self.as_ptr()) }
     }
 
-    /// Whether the link layer is Ethernet (or loopback, which carries Ethernet frames).
-    pub(crate) fn is_ethernet(&self) -> bool {
+    /// Whether rsiw can serve this link type: Ethernet, IEEE 802, loopback, and the
+    /// layer-3 devices without a link-layer header (`ARPHRD_NONE`: WireGuard, tun), the
+    /// types the C siw accepts. iWARP runs over TCP, so only IP reachability matters.
+    pub(crate) fn carries_iwarp(&self) -> bool {
         matches!(
             u32::from(self.link_type()),
-            bindings::ARPHRD_ETHER | bindings::ARPHRD_IEEE802 | bindings::ARPHRD_LOOPBACK
+            bindings::ARPHRD_ETHER
+                | bindings::ARPHRD_IEEE802
+                | bindings::ARPHRD_LOOPBACK
+                | bindings::ARPHRD_NONE
         )
     }
 
