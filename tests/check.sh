@@ -11,7 +11,7 @@
 #      the interop cases the debug kernel leaves out (CRC on with rsiw as server, MPA
 #      revision 1 with CRC), which complete the revision x CRC x role matrix against siw,
 #      rdma-core's own pyverbs suite on rsiw and on siw (tests/guest/test_rdma_core.py),
-#      and a link type the debug kernel lacks (sit)
+#      and a link type the debug kernel lacks (GRE)
 . "$(dirname "$0")/lib.sh"
 
 log "check: host tests"

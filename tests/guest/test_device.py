@@ -206,6 +206,7 @@ def test_layer3_netdevs_are_served(rsiw):
     """Netdevs without a link-layer header (ARPHRD_NONE: tun, WireGuard) are served, as
     by the C siw; having no MAC address, each device gets a random, unique GID."""
     names = ["rstun0", "rstun1"]
+    sh("modprobe tun", check=False)  # built in on the debug kernel, a module on Debian's
     try:
         for i, name in enumerate(names):
             sh(f"ip tuntap add {name} mode tun")
@@ -221,11 +222,13 @@ def test_layer3_netdevs_are_served(rsiw):
 
 
 def test_unsupported_link_type_is_refused(rsiw):
-    """A link type rsiw cannot serve (an IPv6-in-IPv4 tunnel, ARPHRD_SIT) is refused
-    with a message naming the cause."""
-    name = "rssit0"
-    if sh(f"ip link add {name} type sit", check=False).returncode != 0:
-        pytest.skip("this kernel has no sit tunnels (the stock kernel has)")
+    """A link type rsiw cannot serve (a GRE tunnel, ARPHRD_IPGRE) is refused with a
+    message naming the cause."""
+    name = "rsgre0"
+    sh("modprobe ip_gre", check=False)
+    if sh(f"ip link add {name} type gre remote 10.1.1.1 local 10.1.1.2",
+          check=False).returncode != 0:
+        pytest.skip("this kernel has no GRE tunnels (Debian's has: the stock leg runs this)")
     try:
         r = sh(f"rdma link add rsiw2 type rsiw netdev {name}", check=False)
         assert r.returncode != 0
