@@ -17,8 +17,7 @@ What runs:
 
 Topology for interop. Two RDMA devices in ONE network namespace do not work: both
 addresses are local, so the kernel routes between them over `lo`, and rdma_cm's address
-resolution across the two devices times out (RDMA_CM_EVENT_ADDR_ERROR, see
-/work/shared/TOOLCHAIN.md). So each end gets its own namespace: a veth pair with vrA
+resolution across the two devices times out (RDMA_CM_EVENT_ADDR_ERROR). So each end gets its own namespace: a veth pair with vrA
 (10.92.0.1) in namespace rsiwA and vrB (10.92.0.2) in rsiwB, `rdma link add` run inside
 each namespace (the netdev must be visible there). `rdma system` stays in its default
 `netns shared` mode, so both devices are visible everywhere (`rdma link` only shows
