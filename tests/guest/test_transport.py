@@ -17,17 +17,18 @@ What runs:
 
 Topology for interop. Two RDMA devices in ONE network namespace do not work: both
 addresses are local, so the kernel routes between them over `lo`, and rdma_cm's address
-resolution across the two devices times out (RDMA_CM_EVENT_ADDR_ERROR). So each end gets its own namespace: a veth pair with vrA
-(10.92.0.1) in namespace rsiwA and vrB (10.92.0.2) in rsiwB, `rdma link add` run inside
-each namespace (the netdev must be visible there). `rdma system` stays in its default
-`netns shared` mode, so both devices are visible everywhere (`rdma link` only shows
-`netdev` for the caller's namespace), while rdma_cm picks the device whose netdev carries
-the bound address in the caller's namespace: the RDMA programs run with `ip netns exec`,
-servers bind their address (`rping -s -a`, perftest `--bind_source_ip`), clients their
-source (`rping -I`, `--bind_source_ip`). The tests check that this is what happened: the
-listener is on the intended device (`rdma res show cm_id`), both devices are seen with
-connected cm_ids during the run, the veth's byte counters grew by at least the payload
-(the traffic crossed the veth, not `lo`), and the capture on vrA holds the MPA startup.
+resolution across the two devices times out (RDMA_CM_EVENT_ADDR_ERROR). So each end gets
+its own namespace: a veth pair with vrA (10.92.0.1) in namespace rsiwA and vrB (10.92.0.2)
+in rsiwB, `rdma link add` run inside each namespace (the netdev must be visible there).
+`rdma system` stays in its default `netns shared` mode, so both devices are visible
+everywhere (`rdma link` only shows `netdev` for the caller's namespace), while rdma_cm
+picks the device whose netdev carries the bound address in the caller's namespace: the
+RDMA programs run with `ip netns exec`, servers bind their address (`rping -s -a`,
+perftest `--bind_source_ip`), clients their source (`rping -I`, `--bind_source_ip`). The
+tests check that this is what happened: the listener is on the intended device (`rdma res
+show cm_id`), both devices are seen with connected cm_ids during the run, the veth's byte
+counters grew by at least the payload (the traffic crossed the veth, not `lo`), and the
+capture on vrA holds the MPA startup.
 
 Device names: the device under test is always `rsiw0`, the reference peer `siw0`.
 
