@@ -3,6 +3,7 @@
  * rsiw C shim: see rsiw_helpers.h.  Each function is the out-of-line form of one inline
  * function or macro, so Rust can call it through bindgen.
  */
+#include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
@@ -260,6 +261,11 @@ int rsiw_wq_init(void)
 struct workqueue_struct *rsiw_wq_get(void)
 {
 	return rsiw_wq;
+}
+
+void rsiw_eth_random_addr(u8 *addr)
+{
+	eth_random_addr(addr);
 }
 
 struct workqueue_struct *rsiw_cm_wq_get(void)

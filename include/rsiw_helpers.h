@@ -71,6 +71,9 @@ struct workqueue_struct;
  * destroyed (after draining, "rsiw_cm" first, since its work may queue data-path work) at
  * module exit, so no work item of rsiw can outlive the module's code.
  */
+/* eth_random_addr() (inline): a random locally administered unicast MAC in @addr[6]. */
+void rsiw_eth_random_addr(u8 *addr);
+
 int rsiw_wq_init(void);
 struct workqueue_struct *rsiw_wq_get(void);
 struct workqueue_struct *rsiw_cm_wq_get(void);

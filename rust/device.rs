@@ -87,13 +87,6 @@ fn u64_to_mac(v: u64) -> [u8; 6] {
 }
 
 /// Returns the modified EUI-64 for an EUI-48 MAC (RFC 4291 Appendix A), in network order.
-/// A random locally administered unicast MAC address (as `eth_random_addr()`).
-fn random_mac() -> [u8; 6] {
-    let hi = crate::sys::random_u32().to_ne_bytes();
-    let lo = crate::sys::random_u32().to_ne_bytes();
-    [(hi[0] & 0xfe) | 0x02, hi[1], hi[2], hi[3], lo[0], lo[1]]
-}
-
 fn eui64(mac: [u8; 6]) -> [u8; 8] {
     [
         mac[0] ^ 0x02,
@@ -208,7 +201,7 @@ impl LinkHandler for Link {
             return Err(EEXIST);
         }
         // A netdev without a MAC address (ARPHRD_NONE) still needs a unique GID and GUID.
-        let mac = ndev.mac().unwrap_or_else(random_mac);
+        let mac = ndev.mac().unwrap_or_else(crate::sys::random_mac);
         let mut dev = NewDevice::new(
             ndev,
             pin_init!(Device {

@@ -150,6 +150,14 @@ pub(crate) fn random_u32() -> u32 {
     unsafe { bindings::get_random_u32() }
 }
 
+/// Returns a random locally administered unicast MAC address (`eth_random_addr()`).
+pub(crate) fn random_mac() -> [u8; 6] {
+    let mut mac = [0u8; 6];
+    // SAFETY: `mac` is 6 writable octets, what `eth_random_addr()` fills.
+    unsafe { bindings::rsiw_eth_random_addr(mac.as_mut_ptr()) };
+    mac
+}
+
 /// rsiw's own work queues (`rsiw_wq_init()` in the C shim, both per-CPU and
 /// `WQ_MEM_RECLAIM`): a high-priority one for the connections' work items ([`queue`])
 /// and a normal-priority one for the connection manager's ([`cm_queue`]).
