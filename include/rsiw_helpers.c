@@ -19,6 +19,8 @@
 
 #include "rsiw_helpers.h"
 
+MODULE_VERSION(RSIW_VERSION);
+
 static struct workqueue_struct *rsiw_wq;
 static struct workqueue_struct *rsiw_cm_wq;
 static atomic_t rsiw_live = ATOMIC_INIT(0);

@@ -16,7 +16,7 @@ mkdir -p "$out"
 in_root "$root" rsync -a --checksum --delete --exclude '*.o' --exclude '.*.cmd' --exclude '*.ko' \
 	--exclude 'bindings_generated.rs' --exclude '*.mod*' --exclude 'modules.order' \
 	--exclude 'Module.symvers' --exclude '*.rmeta' --exclude '*.d' \
-	--include 'Kbuild' --include 'rust/***' --include 'include/***' --exclude '*' \
+	--include 'Kbuild' --include 'VERSION' --include 'rust/***' --include 'include/***' --exclude '*' \
 	"$RSIW_TOP/" "$out/"
 
 llvm=

@@ -48,8 +48,13 @@ def devinfo(dev, verbose=False):
 
 
 def test_modinfo_lists_parameters_with_descriptions():
+    """modinfo shows the link alias, the release in the file VERSION, and a description
+    for every parameter."""
     out = sh(f"modinfo {os.environ['RSIW_KO']}").stdout
     assert re.search(r"^alias:\s+rdma-link-rsiw$", out, re.M), out
+    with open("VERSION") as f:
+        release = f.read().strip()
+    assert re.search(rf"^version:\s+{re.escape(release)}$", out, re.M), out
     for param in ("max_ucontext", "max_pd", "max_cq", "max_qp", "max_srq", "max_mr"):
         m = re.search(rf"^parm:\s+{param}:(.+)$", out, re.M)
         assert m and len(m.group(1).strip()) > 20, f"{param} lacks a description:\n{out}"
