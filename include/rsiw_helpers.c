@@ -30,6 +30,18 @@ struct module *rsiw_this_module(void)
 	return THIS_MODULE;
 }
 
+void rsiw_pr_debug(const char *msg)
+{
+	pr_debug("rsiw: %s\n", msg);
+}
+
+int rsiw_ibdev_name(struct ib_device *dev, char *buf, int len)
+{
+	ssize_t n = strscpy(buf, dev_name(&dev->dev), len);
+
+	return n < 0 ? len - 1 : n;
+}
+
 struct net_device *rsiw_notifier_info_to_dev(void *info)
 {
 	return netdev_notifier_info_to_dev(info);

@@ -24,6 +24,14 @@ struct xarray;
 /* THIS_MODULE of rsiw.ko (the C object and the Rust crate are one module). */
 struct module *rsiw_this_module(void);
 
+/* pr_debug() of the line @msg ("rsiw: " is put in front): off unless dynamic debug turns
+ * it on, e.g. echo 'module rsiw +p' > /proc/dynamic_debug/control. */
+void rsiw_pr_debug(const char *msg);
+
+/* The device's name (dev_name()) copied into @buf of @len octets, NUL-terminated, cut to
+ * fit; returns the length copied without the NUL. */
+int rsiw_ibdev_name(struct ib_device *dev, char *buf, int len);
+
 /* netdev_notifier_info_to_dev() */
 struct net_device *rsiw_notifier_info_to_dev(void *info);
 

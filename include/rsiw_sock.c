@@ -228,6 +228,11 @@ void rsiw_sk_tune(struct socket *sock, bool listener)
 		tcp_sock_set_nodelay(sock->sk);
 }
 
+int rsiw_sockaddr_fmt(const struct sockaddr *addr, char *buf, int len)
+{
+	return scnprintf(buf, len, "%pISpc", addr);
+}
+
 int rsiw_sockaddr_len(const struct sockaddr *addr)
 {
 	switch (addr->sa_family) {

@@ -90,6 +90,9 @@ unsigned int rsiw_tcp_mss(const struct socket *sock);
 void rsiw_sk_tune(struct socket *sock, bool listener);
 
 /* sizeof(struct sockaddr_in) / sizeof(struct sockaddr_in6) for family, else 0. */
+/* Formats @addr as the kernel's %pISpc does ("10.0.0.2:4791", "[fe80::1%2]:4791") into
+ * @buf of @len octets, NUL-terminated; returns the length written without the NUL. */
+int rsiw_sockaddr_fmt(const struct sockaddr *addr, char *buf, int len);
 int rsiw_sockaddr_len(const struct sockaddr *addr);
 
 /* sock->sk->sk_family */

@@ -48,19 +48,21 @@
 //! for the first FPDU, a TERMINATE the peer does not take).
 
 use crate::abi::WcStatus;
-use crate::device::Device;
+use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, Session, SessionConfig};
 use crate::engine::startup::Negotiated;
+use crate::logtag::Tag;
 use crate::qp::Qp;
 use crate::stag::MrRef;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockLock, SockRef, Socket};
 use crate::sys::obj::{PdId, QpEvent};
-use crate::sys::pr_warn_ratelimited;
 use crate::sys::Live;
+use crate::sys::{pr_dbg, pr_warn_ratelimited};
 use crate::timer::Armed;
+use crate::wire::mpa::MpaErrorCode;
 use crate::wire::terminate::TermCause;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
@@ -85,6 +87,15 @@ const TX_BURST: u32 = 64;
 /// the rest to the work item.
 const DOORBELL_BURST: u32 = 16;
 
+/// "on" or "off", for the kernel log.
+const fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 /// Why a connection ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reason {
@@ -103,6 +114,17 @@ pub(crate) enum Reason {
 }
 
 impl Reason {
+    /// The reason in words, for the kernel log.
+    fn words(self) -> &'static str {
+        match self {
+            Reason::PeerClosed => "the peer closed it",
+            Reason::Reset => "the TCP connection failed or was reset",
+            Reason::Terminated => "a TERMINATE was sent or received",
+            Reason::AccessError => "a TERMINATE for a protection error was sent",
+            Reason::Local => "the consumer disconnected or destroyed the QP",
+        }
+    }
+
     /// The asynchronous event the QP reports when the connection ends for this reason.
     fn event(self) -> Option<QpEvent> {
         match self {
@@ -169,6 +191,8 @@ struct Inner {
 /// An established connection (see the module documentation).
 #[pin_data]
 pub(crate) struct Conn {
+    /// What the connection's kernel messages start with (device, QP, peer).
+    tag: Tag,
     /// Inbound Read depth (IRD) of the connection.
     ird: u32,
     /// Outbound Read depth (ORD) of the connection.
@@ -230,9 +254,26 @@ impl Conn {
         report: impl FnOnce(&CmId<Device>),
     ) -> Result<Arc<Self>> {
         let cfg = session_config(ird, ord);
-        let conn = Self::new(&qp, n, sock.mss(), cfg)?;
+        let tag = Tag::new(
+            qp.device(),
+            Some(qp.qp().qpn()),
+            sock.peer_addr().ok().as_ref(),
+        );
+        let conn = Self::new(&qp, n, sock.mss(), cfg, tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         Self::take_over(&conn, qp, sock, id, report)?;
+        pr_dbg!(
+            "{}: established: MPA revision {}, CRC {}, markers {} (sent) {} (received), \
+             peer-to-peer {}, IRD {}, ORD {}",
+            conn.tag,
+            n.rev,
+            on_off(n.crc),
+            on_off(n.markers_tx),
+            on_off(n.markers_rx),
+            on_off(n.p2p),
+            conn.ird,
+            conn.ord
+        );
         // Data may have arrived with or right after the MPA frames.
         conn.kick();
         Ok(conn)
@@ -246,7 +287,13 @@ impl Conn {
     /// # Errors
     ///
     /// `EINVAL` if the QP is gone from the device's table; `ENOMEM`.
-    fn new(qp: &QpRef<Device>, n: &Negotiated, mss: u32, cfg: SessionConfig) -> Result<Arc<Self>> {
+    fn new(
+        qp: &QpRef<Device>,
+        n: &Negotiated,
+        mss: u32,
+        cfg: SessionConfig,
+        tag: Tag,
+    ) -> Result<Arc<Self>> {
         let emss = mss.max(140);
         let pd = qp.qp().pd();
         let (ird, ord) = (cfg.ird, cfg.ord);
@@ -256,6 +303,7 @@ impl Conn {
         let rx_qp = qp.device().qp_ref(qp.qp().qpn()).ok_or(EINVAL)?;
         let conn = Arc::pin_init(
             pin_init!(Self {
+                tag,
                 ird,
                 ord,
                 inner <- new_mutex!(Inner {
@@ -393,6 +441,7 @@ impl Conn {
             return;
         }
         g.closed = true;
+        pr_dbg!("{}: connection closed: {}", this.tag, why.words());
         // Releases the timer's reference to the connection.
         g.timer = None;
         if let Some(s) = g.sock.as_ref() {
@@ -483,14 +532,22 @@ impl Conn {
                 return;
             };
             match ev {
-                Event::Failed(cause) => Self::fail_qp(this, g, Reason::of_terminate(&cause)),
+                Event::Failed(cause) => {
+                    if cause == TermCause::mpa(MpaErrorCode::CrcMismatch) {
+                        if let Some(qp) = g.qp.as_ref() {
+                            qp.device().count(Stat::CrcErrors, 1);
+                        }
+                    }
+                    Self::fail_qp(this, g, Reason::of_terminate(&cause))
+                }
                 Event::Closed(c) => {
                     let why = match c {
                         Close::PeerTerminated(_) => Reason::Terminated,
                         Close::Terminated(cause) => Reason::of_terminate(&cause),
                         Close::TerminateTimedOut(cause) => {
                             pr_warn_ratelimited!(
-                                "connection: TERMINATE not sent within mpa_timeout_ms, closing\n"
+                                "{}: TERMINATE not sent within mpa_timeout_ms, closing\n",
+                                this.tag
                             );
                             Reason::of_terminate(&cause)
                         }
@@ -521,7 +578,10 @@ impl Conn {
                 if r.session.state() == crate::engine::session::SessionState::Active
                     && crate::sys::ratelimit()
                 {
-                    pr_warn!("connection: no peer-to-peer RTR within mpa_timeout_ms, sending TERMINATE\n");
+                    pr_warn!(
+                        "{}: no peer-to-peer RTR within mpa_timeout_ms, sending TERMINATE\n",
+                        this.tag
+                    );
                 }
                 r.session.handle_timeout(now);
             }
@@ -539,7 +599,10 @@ impl Conn {
             Some(tcp_state::CLOSE_WAIT) => {
                 // The peer sent FIN; everything before it was processed above.
                 if !this.rx.lock().session.decoder().at_fpdu_boundary() && crate::sys::ratelimit() {
-                    pr_warn!("connection: peer closed inside an FPDU\n");
+                    pr_warn!(
+                        "{}: the peer closed the connection inside an FPDU\n",
+                        this.tag
+                    );
                 }
                 Self::close_locked(this, g, Reason::PeerClosed);
             }

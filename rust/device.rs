@@ -16,9 +16,11 @@ use crate::sys::net::link::LinkHandler;
 use crate::sys::net::netdev::{NetDev, NetdevEvent, NetdevEvents};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
+use crate::wire::terminate::Layer;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::str::BStr;
+use kernel::sync::Arc;
 
 /// Vendor ID reported by `query_device`: ASCII "rsw".
 const VENDOR_ID: u32 = 0x0072_7377;
@@ -36,8 +38,8 @@ pub(crate) struct Device {
     /// The regions of the device's MRs, by STag.
     #[pin]
     pub(crate) stags: StagTable,
-    /// Port counters, indexed by [`Stat`].
-    stats: [AtomicU64; STAT_COUNT],
+    /// Port counters.
+    stats: Arc<Stats>,
 }
 
 /// The port counters of a device (`rdma statistic show link rsiw0/1`, sysfs
@@ -55,13 +57,63 @@ pub(crate) enum Stat {
     RxFpdus,
     /// Octets read from the sockets after MPA startup.
     RxOctets,
-    /// TERMINATE messages sent (RFC 5040 §5.2).
+    /// TERMINATE messages sent after MPA startup (RFC 5040 §5.2), all layers.
     TerminateSent,
-    /// TERMINATE messages received.
+    /// TERMINATE messages received, all layers.
     TerminateReceived,
+    /// TERMINATEs sent for an RDMAP error (layer 0, RFC 5040 §7).
+    TerminateSentRdmap,
+    /// TERMINATEs sent for a DDP error (layer 1, RFC 5041 §7.2).
+    TerminateSentDdp,
+    /// TERMINATEs sent for an MPA error (layer 2, RFC 5044 §8).
+    TerminateSentMpa,
+    /// TERMINATEs received with layer 0 (RDMAP).
+    TerminateReceivedRdmap,
+    /// TERMINATEs received with layer 1 (DDP).
+    TerminateReceivedDdp,
+    /// TERMINATEs received with layer 2 (MPA).
+    TerminateReceivedMpa,
+    /// Connections ended for an FPDU whose CRC did not match (RFC 5044 §8, MPA error 2).
+    CrcErrors,
+    /// Connections the consumers asked for (`iw_connect`): TCP connects started.
+    ConnectAttempts,
+    /// TCP connections the listeners accepted (each then waits for its MPA Request).
+    IncomingConnections,
+    /// MPA Replies with the Rejected bit sent (a consumer refused the connection).
+    MpaRejectsSent,
+    /// MPA Replies with the Rejected bit received (the peer refused our connect).
+    MpaRejectsReceived,
+    /// MPA startups that ran out of `mpa_timeout_ms` (no Request, Reply or Rtr frame).
+    MpaTimeouts,
 }
 
-const STAT_COUNT: usize = 7;
+const STAT_COUNT: usize = 19;
+
+/// A device's port counters, indexed by [`Stat`]. Connection endpoints hold their own
+/// reference (`Arc`): a connection attempt can end a little after its device is gone.
+pub(crate) struct Stats([AtomicU64; STAT_COUNT]);
+
+impl Stats {
+    /// Adds `n` to counter `s` (relaxed: the counters order nothing).
+    pub(crate) fn count(&self, s: Stat, n: u64) {
+        self.0[s as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a TERMINATE of `layer`, sent (`sent`) or received, in the total and in its
+    /// layer's counter.
+    pub(crate) fn count_terminate(&self, layer: Layer, sent: bool) {
+        let (all, by_layer) = match (sent, layer) {
+            (true, Layer::Rdma) => (Stat::TerminateSent, Stat::TerminateSentRdmap),
+            (true, Layer::Ddp) => (Stat::TerminateSent, Stat::TerminateSentDdp),
+            (true, Layer::Llp) => (Stat::TerminateSent, Stat::TerminateSentMpa),
+            (false, Layer::Rdma) => (Stat::TerminateReceived, Stat::TerminateReceivedRdmap),
+            (false, Layer::Ddp) => (Stat::TerminateReceived, Stat::TerminateReceivedDdp),
+            (false, Layer::Llp) => (Stat::TerminateReceived, Stat::TerminateReceivedMpa),
+        };
+        self.count(all, 1);
+        self.count(by_layer, 1);
+    }
+}
 
 // One name per counter.
 const _: () = assert!(<Device as DeviceOps>::HW_STATS.len() == STAT_COUNT);
@@ -69,7 +121,12 @@ const _: () = assert!(<Device as DeviceOps>::HW_STATS.len() == STAT_COUNT);
 impl Device {
     /// Adds `n` to counter `s` (relaxed: the counters order nothing).
     pub(crate) fn count(&self, s: Stat, n: u64) {
-        self.stats[s as usize].fetch_add(n, Ordering::Relaxed);
+        self.stats.count(s, n);
+    }
+
+    /// The device's counters, for an endpoint that may outlive the device.
+    pub(crate) fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 }
 
@@ -168,10 +225,22 @@ impl DeviceOps for Device {
         stat_desc(c"rx_octets"),
         stat_desc(c"terminate_sent"),
         stat_desc(c"terminate_received"),
+        stat_desc(c"terminate_sent_rdmap"),
+        stat_desc(c"terminate_sent_ddp"),
+        stat_desc(c"terminate_sent_mpa"),
+        stat_desc(c"terminate_received_rdmap"),
+        stat_desc(c"terminate_received_ddp"),
+        stat_desc(c"terminate_received_mpa"),
+        stat_desc(c"crc_errors"),
+        stat_desc(c"connect_attempts"),
+        stat_desc(c"incoming_connections"),
+        stat_desc(c"mpa_rejects_sent"),
+        stat_desc(c"mpa_rejects_received"),
+        stat_desc(c"mpa_timeouts"),
     ];
 
     fn hw_stats(dev: &IbDevice<Self>, values: &mut [u64]) {
-        for (v, c) in values.iter_mut().zip(dev.stats.iter()) {
+        for (v, c) in values.iter_mut().zip(dev.stats.0.iter()) {
             *v = c.load(Ordering::Relaxed);
         }
     }
@@ -202,13 +271,14 @@ impl LinkHandler for Link {
         }
         // A netdev without a MAC address (ARPHRD_NONE) still needs a unique GID and GUID.
         let mac = ndev.mac().unwrap_or_else(crate::sys::random_mac);
+        let stats = Arc::new(Stats([const { AtomicU64::new(0) }; STAT_COUNT]), GFP_KERNEL)?;
         let mut dev = NewDevice::new(
             ndev,
             pin_init!(Device {
                 mac: AtomicU64::new(mac_to_u64(mac)),
                 counts: Counts::new(),
                 stags <- StagTable::new(),
-                stats: [const { AtomicU64::new(0) }; STAT_COUNT],
+                stats,
             }),
         )?;
         // One completion vector per possible CPU id, as the C siw offers: libraries spread

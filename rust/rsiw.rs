@@ -19,6 +19,7 @@ mod device;
 #[cfg(CONFIG_KUNIT = "y")]
 mod kverbs_test;
 mod limits;
+mod logtag;
 mod mem;
 mod qp;
 mod srq;

@@ -30,7 +30,8 @@ log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR p
 	env RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 RSIW_INTEROP_FULL=1 \
 	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest/test_transport.py \
 	tests/guest/test_rdma_core.py tests/guest/test_device.py tests/guest/test_nvmeof.py \
+	tests/guest/test_cm.py \
 	-k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
 	or (interop_siw and crc1 and (rsiw_server or rev1)) or rdma_core_suite \
-	or unsupported_link_type"
+	or unsupported_link_type or dynamic_debug"
 log "check: all passed"

@@ -6,17 +6,18 @@
 
 use super::{startup_config, Listener, TermSink};
 use crate::conn::Conn;
-use crate::device::Device;
+use crate::device::{Device, Stat, Stats};
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::startup::{Action, Startup, Status};
 use crate::limits::MAX_IRD_ORD;
+use crate::logtag::Tag;
 use crate::sys::ibdev::{CepOps, IbDevice};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::net::socket::{
     tcp_state, SockAddr, SockEvent, SockEvents, SockLock, SockRef, Socket,
 };
-use crate::sys::pr_warn_ratelimited;
 use crate::sys::Live;
+use crate::sys::{pr_dbg, pr_warn_ratelimited};
 use crate::timer::Armed;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::impl_has_hr_timer;
@@ -63,6 +64,21 @@ struct Inner {
     ord: u32,
     /// The running MPA startup timer (AwaitRequest, AwaitReply); dropping it cancels it.
     timer: Option<Armed<Cep>>,
+    /// The device's counters.
+    stats: Arc<Stats>,
+}
+
+impl Inner {
+    /// What this CEP's kernel messages start with: the device (once an id is known), the
+    /// QP (once a consumer named one) and the peer ("rsiw0 qp 17 10.0.0.2:4791").
+    fn tag(&self) -> Tag {
+        let qpn = (self.qpn != 0).then_some(self.qpn);
+        let peer = self.addrs.as_ref().map(|a| &a.1);
+        match self.id.as_ref().or(self.listener.as_ref().map(|l| &l.id)) {
+            Some(id) => id.with_device(|d| Tag::new(d, qpn, peer)),
+            None => Tag::without_device(qpn, peer),
+        }
+    }
 }
 
 /// A connection endpoint (see the module documentation).
@@ -104,6 +120,7 @@ impl Cep {
         state: CepState,
         id: Option<CmId<Device>>,
         listener: Option<Arc<Listener>>,
+        stats: Arc<Stats>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
@@ -118,6 +135,7 @@ impl Cep {
                     ird: 0,
                     ord: 0,
                     timer: None,
+                    stats,
                 }),
                 work <- new_work!("rsiw_cep"),
                 timer <- HrTimer::new(),
@@ -135,7 +153,16 @@ impl Cep {
             GFP_KERNEL,
         )?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let cep = Self::new(CepState::AwaitRequest, None, Some(listener.clone()))?;
+        let stats = listener.id.with_device(|d| d.stats());
+        stats.count(Stat::IncomingConnections, 1);
+        pr_dbg!(
+            "{}: incoming TCP connection to {}, waiting for its MPA Request",
+            listener
+                .id
+                .with_device(|d| Tag::new(d, None, Some(&addrs.1))),
+            addrs.0
+        );
+        let cep = Self::new(CepState::AwaitRequest, None, Some(listener.clone()), stats)?;
         if !listener.adopt(&cep) {
             return Err(ECONNABORTED);
         }
@@ -161,21 +188,31 @@ impl Cep {
         let ord = param.ord.min(MAX_IRD_ORD);
         let cfg = startup_config(ird, ord);
         let startup = Startup::initiator(cfg, &param.private_data).map_err(|e| {
-            pr_warn_ratelimited!("connect: MPA Request refused ({e:?})\n");
+            pr_warn_ratelimited!(
+                "{}: connect: cannot build the MPA Request ({e:?})\n",
+                Tag::new(dev, Some(param.qpn), Some(&id.mapped_remote_addr()))
+            );
             EINVAL
         })?;
         let startup = KBox::new(startup, GFP_KERNEL)?;
         let remote = id.mapped_remote_addr();
+        let tag = || Tag::new(dev, Some(param.qpn), Some(&remote));
         let mut sock = Socket::tcp(ndev.net(), remote.family())?;
         let local = id.mapped_local_addr();
         sock.bind(&local).inspect_err(|e| {
-            pr_warn_ratelimited!("connect: bind failed ({e:?})\n");
+            pr_warn_ratelimited!("{}: connect: bind to {local} failed ({e:?})\n", tag());
         })?;
+        dev.count(Stat::ConnectAttempts, 1);
         sock.connect(&remote).inspect_err(|e| {
-            pr_warn_ratelimited!("connect: TCP connect failed ({e:?})\n");
+            pr_warn_ratelimited!("{}: connect: TCP connect failed ({e:?})\n", tag());
         })?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let cep = Self::new(CepState::AwaitReply, Some(id), None)?;
+        pr_dbg!(
+            "{}: TCP connected from {}, sending the MPA Request",
+            tag(),
+            addrs.0
+        );
+        let cep = Self::new(CepState::AwaitReply, Some(id), None, dev.stats())?;
         sock.attach(cep.clone(), None)?;
         {
             let mut g = cep.inner.lock();
@@ -199,8 +236,9 @@ impl Cep {
     }
 
     fn do_accept(this: &Arc<Self>, g: &mut Inner, id: CmId<Device>, param: &ConnParam) -> Result {
+        let tag = |g: &Inner| id.with_device(|d| Tag::new(d, None, g.addrs.as_ref().map(|a| &a.1)));
         if id.qp_ref(param.qpn).is_none() {
-            pr_warn_ratelimited!("accept: no QP {}\n", param.qpn);
+            pr_warn_ratelimited!("{}: accept: no QP {}\n", tag(g), param.qpn);
             return Err(EINVAL);
         }
         let ird = param.ird.min(MAX_IRD_ORD);
@@ -208,7 +246,7 @@ impl Cep {
         let st = g.startup.as_mut().ok_or(EINVAL)?;
         st.set_local_ird_ord(ird as u16, ord as u16);
         st.accept(&param.private_data).map_err(|e| {
-            pr_warn_ratelimited!("accept: MPA Reply refused ({e:?})\n");
+            pr_warn_ratelimited!("{}: accept: cannot build the MPA Reply ({e:?})\n", tag(g));
             EINVAL
         })?;
         Self::flush_tx(g).map_err(|_| ECONNRESET)?;
@@ -228,7 +266,10 @@ impl Cep {
                 Ok(())
             }
             other => {
-                pr_warn_ratelimited!("accept: MPA startup did not complete ({other:?})\n");
+                pr_warn_ratelimited!(
+                    "{}: accept: MPA startup did not complete ({other:?})\n",
+                    g.tag()
+                );
                 Err(EINVAL)
             }
         }
@@ -421,19 +462,28 @@ impl Cep {
         if !this.timed_out.swap(false, Ordering::AcqRel) {
             return false;
         }
+        if matches!(
+            g.state,
+            CepState::AwaitRequest | CepState::AwaitReply | CepState::AwaitRtr
+        ) {
+            g.stats.count(Stat::MpaTimeouts, 1);
+        }
         match g.state {
             CepState::AwaitRequest => {
-                pr_warn_ratelimited!("listen: no MPA Request within mpa_timeout_ms, closing\n");
+                pr_warn_ratelimited!(
+                    "{}: no MPA Request within mpa_timeout_ms, closing\n",
+                    g.tag()
+                );
                 Self::close_locked(this, g);
                 true
             }
             CepState::AwaitReply => {
-                pr_warn_ratelimited!("connect: no MPA Reply within mpa_timeout_ms\n");
+                pr_warn_ratelimited!("{}: no MPA Reply within mpa_timeout_ms\n", g.tag());
                 Self::fail_connect(this, g, ETIMEDOUT.to_errno(), &[]);
                 true
             }
             CepState::AwaitRtr => {
-                pr_warn_ratelimited!("accept: no Rtr frame within mpa_timeout_ms\n");
+                pr_warn_ratelimited!("{}: no Rtr frame within mpa_timeout_ms\n", g.tag());
                 Self::fail_accepted(this, g);
                 true
             }
@@ -464,7 +514,7 @@ impl Cep {
             Status::RequestReceived => Self::report_request(this, g),
             Status::AwaitingRequest => {}
             other => {
-                pr_warn_ratelimited!("MPA startup (responder) ended: {other:?}\n");
+                pr_warn_ratelimited!("{}: MPA startup (responder) ended: {other:?}\n", g.tag());
                 Self::close_locked(this, g)
             }
         }
@@ -498,6 +548,11 @@ impl Cep {
         };
         g.state = CepState::AwaitAccept;
         g.timer = None;
+        pr_dbg!(
+            "{}: MPA Request received ({} octets of private data), reported to the listener",
+            l.id.with_device(|d| Tag::new(d, None, g.addrs.as_ref().map(|a| &a.1))),
+            peer.private_data.as_slice().len()
+        );
         if l.id.connect_request(&ev, this.clone()).is_err() {
             Self::close_locked(this, g);
         }
@@ -512,13 +567,23 @@ impl Cep {
             Status::Established => match Self::connected(g) {
                 Ok(()) => return,
                 Err(e) => {
-                    pr_warn_ratelimited!("connect: cannot start the transport ({e:?})\n");
+                    pr_warn_ratelimited!(
+                        "{}: connect: cannot start the transport ({e:?})\n",
+                        g.tag()
+                    );
                     (e.to_errno(), KVec::new())
                 }
             },
-            Status::Rejected => (ECONNREFUSED.to_errno(), Self::peer_private_data(g)),
+            Status::Rejected => {
+                g.stats.count(Stat::MpaRejectsReceived, 1);
+                pr_dbg!(
+                    "{}: the peer rejected the connection (MPA Reply with R)",
+                    g.tag()
+                );
+                (ECONNREFUSED.to_errno(), Self::peer_private_data(g))
+            }
             other => {
-                pr_warn_ratelimited!("MPA startup (initiator) ended: {other:?}\n");
+                pr_warn_ratelimited!("{}: MPA startup (initiator) ended: {other:?}\n", g.tag());
                 Self::send_startup_terminate(g);
                 (ECONNRESET.to_errno(), KVec::new())
             }
@@ -565,13 +630,17 @@ impl Cep {
             Status::AwaitingRtr => {}
             Status::Established => {
                 if let Err(e) = Self::passive_established(g) {
-                    pr_warn_ratelimited!("accept: cannot start the transport ({e:?})\n");
+                    pr_warn_ratelimited!(
+                        "{}: accept: cannot start the transport ({e:?})\n",
+                        g.tag()
+                    );
                     Self::fail_accepted(this, g);
                 }
             }
             other => {
                 pr_warn_ratelimited!(
-                    "MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n"
+                    "{}: MPA startup (responder) ended waiting for the Rtr frame: {other:?}\n",
+                    g.tag()
                 );
                 Self::fail_accepted(this, g);
             }
@@ -596,8 +665,12 @@ impl CepOps<Device> for Cep {
     /// `iw_connect`: connects TCP (waiting), sends the MPA Request with the consumer's
     /// private data; the Reply is handled by the work item, which reports CONNECT_REPLY.
     fn connect(dev: &IbDevice<Device>, id: CmId<Device>, param: ConnParam) -> Result {
+        let (qpn, remote) = (param.qpn, id.mapped_remote_addr());
         Self::do_connect(dev, id, param).inspect_err(|e| {
-            pr_warn_ratelimited!("connect: failed ({e:?})\n");
+            pr_warn_ratelimited!(
+                "{}: connect failed ({e:?})\n",
+                Tag::new(dev, Some(qpn), Some(&remote))
+            );
         })
     }
 
@@ -642,6 +715,13 @@ impl CepOps<Device> for Cep {
             None => Err(EINVAL),
         };
         let r = r.and_then(|()| Self::flush_tx(&mut g));
+        if r.is_ok() {
+            g.stats.count(Stat::MpaRejectsSent, 1);
+            pr_dbg!(
+                "{}: rejected by the consumer (MPA Reply with R sent)",
+                g.tag()
+            );
+        }
         Self::close_locked(&this, &mut g);
         r
     }

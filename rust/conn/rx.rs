@@ -21,6 +21,7 @@ use crate::engine::rx_shell::{
 };
 use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
+use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
 use crate::stag::access_bits;
 use crate::sys::ibdev::QpRef;
@@ -67,7 +68,7 @@ impl Conn {
         let now = self.now_ms();
         let _ = sock.read(lock, |chunk| {
             let mut r = self.rx.lock();
-            wake |= r.process(chunk, now);
+            wake |= r.process(chunk, now, &self.tag);
             chunk.len()
         });
         wake
@@ -76,8 +77,9 @@ impl Conn {
 
 impl RxSide {
     /// Processes one chunk of the stream at time `now` (ms; all of it: after an error the
-    /// session discards input); returns whether the transmit half has new work.
-    fn process(&mut self, chunk: &SkbChunk<'_>, now: u64) -> bool {
+    /// session discards input); returns whether the transmit half has new work. `tag`
+    /// starts the connection's kernel messages.
+    fn process(&mut self, chunk: &SkbChunk<'_>, now: u64, tag: &Tag) -> bool {
         let RxSide {
             qp: Some(qp),
             pd,
@@ -112,14 +114,22 @@ impl RxSide {
         if wake {
             match session.state() {
                 SessionState::TerminateDue { term, .. } => {
-                    pr_warn_ratelimited!(
-                        "connection: protocol error, sending TERMINATE ({:?})\n",
-                        term
-                    );
+                    pr_warn_ratelimited!("{tag}: sending TERMINATE: {}\n", CauseText(term.cause));
                 }
                 SessionState::Closed(Close::PeerTerminated(t)) => {
-                    pr_warn_ratelimited!("connection: the peer sent TERMINATE ({:?})\n", t);
-                    dev.count(Stat::TerminateReceived, 1);
+                    match t {
+                        Some(t) => pr_warn_ratelimited!(
+                            "{tag}: the peer sent TERMINATE: {}\n",
+                            CauseText(t.cause)
+                        ),
+                        None => pr_warn_ratelimited!(
+                            "{tag}: the peer sent a TERMINATE that does not decode\n"
+                        ),
+                    }
+                    match t {
+                        Some(t) => dev.stats().count_terminate(t.cause.layer, false),
+                        None => dev.count(Stat::TerminateReceived, 1),
+                    }
                 }
                 _ => {}
             }

@@ -13,6 +13,7 @@ use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::limits::MAX_INLINE;
+use crate::logtag::Tag;
 use crate::qp::{Qp, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::stag::access_bits;
 use crate::sys::ibdev::QpRef;
@@ -137,7 +138,7 @@ impl Conn {
             }
             budget -= 1;
             if let Err(e) = Self::build_fpdu(this, g) {
-                pr_err_ratelimited!("connection: cannot build an FPDU ({e:?})\n");
+                pr_err_ratelimited!("{}: cannot build an FPDU ({e:?})\n", this.tag);
                 Self::close_locked(this, g, Reason::Reset);
                 return false;
             }
@@ -206,8 +207,18 @@ impl Conn {
             }
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
             JobKind::Terminate => {
-                qp.device().count(Stat::TerminateSent, 1);
-                this.rx.lock().session.terminate_sent();
+                let cause = {
+                    let mut rx = this.rx.lock();
+                    rx.session.terminate_sent();
+                    match rx.session.state() {
+                        SessionState::Closed(c) => c.local_cause(),
+                        _ => None,
+                    }
+                };
+                match cause {
+                    Some(c) => qp.device().stats().count_terminate(c.layer, true),
+                    None => qp.device().count(Stat::TerminateSent, 1),
+                }
                 Self::sync_session(this, g);
             }
         }
@@ -305,8 +316,8 @@ impl Conn {
         let r = if w.opcode == WrOpcode::InvalStag {
             dev.stags.invalidate(w.rkey, pd).map_err(|e| {
                 pr_warn_ratelimited!(
-                    "QP {}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
-                    qp.qp().qpn(),
+                    "{}: LOCAL_INV of STag {:#x} failed ({e:?})\n",
+                    Tag::new(dev, Some(qp.qp().qpn()), None),
                     w.rkey
                 );
             })
@@ -315,8 +326,8 @@ impl Conn {
                 .fast_register(w.rkey, pd, w.access())
                 .map_err(|e| {
                     pr_warn_ratelimited!(
-                        "QP {}: REG_MR of STag {:#x} failed ({e:?})\n",
-                        qp.qp().qpn(),
+                        "{}: REG_MR of STag {:#x} failed ({e:?})\n",
+                        Tag::new(dev, Some(qp.qp().qpn()), None),
                         w.rkey
                     );
                 })
@@ -408,8 +419,8 @@ impl Conn {
             Admit::Wait => HeadAdmit::Wait,
             Admit::Refuse => {
                 pr_warn_ratelimited!(
-                    "QP {}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
-                    qp.qp().qpn()
+                    "{}: RDMA Read refused (ORD is 0, or its sink range wraps)\n",
+                    self.tag
                 );
                 HeadAdmit::Fail(WcStatus::LocQpOpErr)
             }

@@ -150,6 +150,19 @@ impl<T: DeviceOps> IbDevice<T> {
         self.base.get()
     }
 
+    /// Copies the device's name ("rsiw0") into `buf`, cut to fit; returns its length in
+    /// octets.
+    pub(crate) fn name_into(&self, buf: &mut [u8]) -> usize {
+        let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+        if len == 0 {
+            return 0;
+        }
+        // SAFETY: the device is live (invariant); `buf` is writable for `len` octets and
+        // the shim writes at most that many, NUL included.
+        let n = unsafe { bindings::rsiw_ibdev_name(self.as_raw(), buf.as_mut_ptr().cast(), len) };
+        usize::try_from(n).unwrap_or(0).min(buf.len())
+    }
+
     /// Returns the netdev bound to port 1, with a reference, or `None` if it is gone.
     pub(crate) fn netdev(&self) -> Option<NetDevRef> {
         // SAFETY: the device is live; the core returns a held netdev or null, and the

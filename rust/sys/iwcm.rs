@@ -225,6 +225,13 @@ impl<T: Objects> CmId<T> {
         dev.qp_ref(qpn)
     }
 
+    /// Calls `f` with the id's device.
+    pub(crate) fn with_device<R>(&self, f: impl FnOnce(&super::ibdev::IbDevice<T>) -> R) -> R {
+        // SAFETY: as for `qp_ref`.
+        let dev = unsafe { super::ibdev::IbDevice::<T>::from_raw((*self.ptr.as_ptr()).device) };
+        f(dev)
+    }
+
     /// Reports `ev` (not a CONNECT_REQUEST: see [`Self::connect_request`]) to iw_cm.
     /// Returns iw_cm's answer (0, or `-ENOMEM` when the event could not be queued), or
     /// `-EINVAL` without reporting it if iw_cm's contract forbids the event in the id's

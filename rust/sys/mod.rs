@@ -122,6 +122,49 @@ macro_rules! pr_warn_ratelimited {
 }
 pub(crate) use pr_warn_ratelimited;
 
+/// A debug message about a connection's setup or teardown, through the C shim's
+/// `pr_debug()`: printed only when dynamic debug is on for rsiw (`echo 'module rsiw +p' >
+/// /proc/dynamic_debug/control`). The line is formatted before the shim knows, so use it
+/// where a connection changes state, not per FPDU.
+macro_rules! pr_dbg {
+    ($($arg:tt)*) => {
+        $crate::sys::debug_line(::core::format_args!($($arg)*))
+    };
+}
+pub(crate) use pr_dbg;
+
+/// Formats `args` (cut to 255 octets) and hands the line to the shim's `pr_debug()`.
+pub(crate) fn debug_line(args: core::fmt::Arguments<'_>) {
+    struct Line {
+        buf: [u8; 256],
+        len: usize,
+    }
+    impl core::fmt::Write for Line {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            // Room for the NUL; NULs inside `s` would end the line early, so they go.
+            for &c in s.as_bytes() {
+                if self.len + 1 >= self.buf.len() {
+                    return Err(core::fmt::Error);
+                }
+                if c != 0 {
+                    self.buf[self.len] = c;
+                    self.len += 1;
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut line = Line {
+        buf: [0; 256],
+        len: 0,
+    };
+    let _ = core::fmt::Write::write_fmt(&mut line, args);
+    line.buf[line.len] = 0;
+    // SAFETY: `line.buf` is NUL-terminated at `line.len` (the writer keeps one octet free
+    // and drops NULs) and outlives the call, which only reads it.
+    unsafe { bindings::rsiw_pr_debug(line.buf.as_ptr().cast()) };
+}
+
 /// `pr_err!` when [`ratelimit`] allows it for this call site (see [`pr_warn_ratelimited`]).
 macro_rules! pr_err_ratelimited {
     ($($arg:tt)*) => {

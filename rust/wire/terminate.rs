@@ -193,6 +193,141 @@ impl TermCause {
     }
 }
 
+impl TermCause {
+    /// The cause in words: the layer's name, the Error Type's name, the Error Code's
+    /// meaning and the section that assigns them (RFC 5040 §7, RFC 5041 §7.2, RFC 5044 §8
+    /// with RFC 6581 §8). Unassigned values read "unassigned".
+    pub const fn words(&self) -> CauseWords {
+        let (layer, etype, code, section) = match self.decode() {
+            Cause::Rdmap(e) => ("RDMAP", rdmap_type(e), rdmap_code(e), "RFC 5040 §7"),
+            Cause::Ddp(e) => ("DDP", ddp_type(e), ddp_code(e), "RFC 5041 §7.2"),
+            Cause::Mpa(e) => ("MPA", "LLP error", mpa_code(e), "RFC 5044 §8, RFC 6581 §8"),
+            Cause::Unknown => (
+                match self.layer {
+                    Layer::Rdma => "RDMAP",
+                    Layer::Ddp => "DDP",
+                    Layer::Llp => "MPA",
+                },
+                "unassigned",
+                "unassigned",
+                "no RFC assigns it",
+            ),
+        };
+        CauseWords {
+            layer,
+            etype,
+            code,
+            section,
+        }
+    }
+}
+
+/// A [`TermCause`] in words, see [`TermCause::words`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CauseWords {
+    /// The layer that detected the error: "RDMAP", "DDP" or "MPA".
+    pub layer: &'static str,
+    /// The Error Type's name, e.g. "tagged buffer error".
+    pub etype: &'static str,
+    /// The Error Code's meaning, e.g. "invalid STag".
+    pub code: &'static str,
+    /// The specification section that assigns the values.
+    pub section: &'static str,
+}
+
+/// "layer 1 (DDP), type 1 (tagged buffer error), code 0x00 (invalid STag), RFC 5041 §7.2":
+/// the numbers as on the wire, each with its meaning.
+impl core::fmt::Display for TermCause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let w = self.words();
+        write!(
+            f,
+            "layer {} ({}), type {} ({}), code {:#04x} ({}), {}",
+            self.layer.code(),
+            w.layer,
+            self.etype,
+            w.etype,
+            self.ecode,
+            w.code,
+            w.section
+        )
+    }
+}
+
+const fn rdmap_type(e: RdmapError) -> &'static str {
+    match e {
+        RdmapError::LocalCatastrophic => "local catastrophic error",
+        RdmapError::RemoteProtection(_) => "remote protection error",
+        RdmapError::RemoteOperation(_) => "remote operation error",
+    }
+}
+
+const fn rdmap_code(e: RdmapError) -> &'static str {
+    use super::rdmap::{OperationError as O, ProtectionError as P};
+    match e {
+        RdmapError::LocalCatastrophic => "local catastrophic",
+        RdmapError::RemoteProtection(p) => match p {
+            P::InvalidStag => "invalid STag",
+            P::BaseBounds => "base or bounds violation",
+            P::AccessRights => "access rights violation",
+            P::StagNotAssociated => "STag not associated with the RDMAP Stream",
+            P::ToWrap => "TO wrap",
+            P::CannotInvalidate => "STag cannot be invalidated",
+            P::Unspecified => "unspecified",
+        },
+        RdmapError::RemoteOperation(o) => match o {
+            O::InvalidVersion => "invalid RDMAP version",
+            O::UnexpectedOpcode => "unexpected opcode",
+            O::CatastrophicStream => "catastrophic error, localized to the RDMAP Stream",
+            O::CatastrophicGlobal => "catastrophic error, global",
+            O::CannotInvalidate => "STag cannot be invalidated",
+            O::Unspecified => "unspecified",
+        },
+    }
+}
+
+const fn ddp_type(e: DdpError) -> &'static str {
+    match e {
+        DdpError::LocalCatastrophic => "local catastrophic error",
+        DdpError::Tagged(_) => "tagged buffer error",
+        DdpError::Untagged(_) => "untagged buffer error",
+    }
+}
+
+const fn ddp_code(e: DdpError) -> &'static str {
+    use super::ddp::UntaggedError as U;
+    match e {
+        DdpError::LocalCatastrophic => "local catastrophic",
+        DdpError::Tagged(t) => match t {
+            TaggedError::InvalidStag => "invalid STag",
+            TaggedError::BaseBounds => "base or bounds violation",
+            TaggedError::StagNotAssociated => "STag not associated with the DDP Stream",
+            TaggedError::ToWrap => "TO wrap",
+            TaggedError::InvalidVersion => "invalid DDP version",
+        },
+        DdpError::Untagged(u) => match u {
+            U::InvalidQn => "invalid QN",
+            U::NoBuffer => "invalid MSN, no buffer available",
+            U::MsnRange => "invalid MSN, MSN range is not valid",
+            U::InvalidMo => "invalid MO",
+            U::TooLong => "DDP message too long for the available buffer",
+            U::InvalidVersion => "invalid DDP version",
+        },
+    }
+}
+
+const fn mpa_code(e: MpaErrorCode) -> &'static str {
+    match e {
+        MpaErrorCode::TcpClosed => "TCP connection closed, terminated or lost",
+        MpaErrorCode::CrcMismatch => "received CRC does not match the calculated value",
+        MpaErrorCode::MarkerMismatch => "marker and ULPDU_Length disagree",
+        MpaErrorCode::InvalidStartup => "invalid MPA Request or Reply frame",
+        MpaErrorCode::LocalCatastrophic => "local catastrophic",
+        MpaErrorCode::InsufficientIrd => "insufficient IRD resources",
+        MpaErrorCode::NoMatchingRtr => "no matching RTR option",
+    }
+}
+
 impl From<RdmapError> for TermCause {
     fn from(e: RdmapError) -> Self {
         TermCause::rdmap(e)

@@ -159,6 +159,17 @@ def rdma_links():
     return links
 
 
+def port_counters(dev):
+    """The port counters of RDMA device `dev` port 1 (sysfs `hw_counters/`, what `rdma
+    statistic show link DEV/1` shows), by name."""
+    d = f"/sys/class/infiniband/{dev}/ports/1/hw_counters"
+    out = {}
+    for name in os.listdir(d):
+        with open(os.path.join(d, name)) as f:
+            out[name] = int(f.read())
+    return out
+
+
 def wait_for(pred, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

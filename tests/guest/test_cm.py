@@ -3,6 +3,8 @@
 over kernel TCP, CONNECT_REQUEST with the peer's private data, reject with private data,
 accept (the QP enters RTS on both sides) and disconnect from both sides at once."""
 import errno
+import os
+import re
 import socket
 import struct
 import subprocess
@@ -12,7 +14,8 @@ import time
 
 import pytest
 
-from conftest import load_rsiw, sh, unload_rsiw
+from conftest import (dmesg_mark, dmesg_since, load_rsiw, port_counters, sh, unload_rsiw,
+                      wait_for)
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -103,6 +106,10 @@ def test_reject_reaches_the_client(cm_dev):
     out, _ = srv.communicate(timeout=60)
     assert "rejected" in out and "closed" in out, out
     assert res == f"connect-errno {errno.ECONNREFUSED}"
+    # Both ends are rsiw0: one connect, one incoming connection, one reject each way.
+    c = port_counters(DEV)
+    assert (c["connect_attempts"], c["incoming_connections"], c["mpa_rejects_sent"],
+            c["mpa_rejects_received"], c["mpa_timeouts"]) == (1, 1, 1, 1, 0), c
 
 
 def test_accept_and_disconnect(cm_dev):
@@ -111,6 +118,52 @@ def test_accept_and_disconnect(cm_dev):
     out, _ = srv.communicate(timeout=60)
     assert "accepted" in out and "closed" in out, out
     assert res == "connected", res
+
+
+DYNDBG = "/proc/dynamic_debug/control"
+
+
+def test_dynamic_debug_traces_connection_setup(cm_dev):
+    """With dynamic debug on for rsiw (`module rsiw +p`), a connection's setup and
+    teardown are logged on both sides, each line naming the device and the peer: the TCP
+    connect, the incoming connection, the MPA Request, the negotiated parameters, the
+    close and why. Off again, a connection logs none of it. (Debian's kernel has
+    CONFIG_DYNAMIC_DEBUG; the debug kernel does not, and skips this.)"""
+    if not os.path.exists(DYNDBG):
+        pytest.skip("no CONFIG_DYNAMIC_DEBUG in this kernel")
+    want = [r"rsiw: rsiw0 qp \d+ 10\.91\.0\.1:7476: TCP connected from 10\.91\.0\.1:\d+",
+            r"rsiw: rsiw0 10\.91\.0\.1:\d+: incoming TCP connection to 10\.91\.0\.1:7476",
+            r"rsiw: rsiw0 10\.91\.0\.1:\d+: MPA Request received \(\d+ octets of private",
+            r"rsiw: rsiw0 qp \d+ 10\.91\.0\.1:\S+: established: MPA revision 2, CRC off",
+            r"rsiw: rsiw0 qp \d+ 10\.91\.0\.1:\S+: connection closed: "]
+    sh(f"echo 'module rsiw +p' > {DYNDBG}")
+    try:
+        mark = dmesg_mark()
+        srv = server(7476, "accept")
+        res = connect(7476, b"hello from rsiw")
+        out, _ = srv.communicate(timeout=60)
+        assert res == "connected" and "closed" in out, (res, out)
+        log = []
+
+        def traced():
+            log[:] = dmesg_since(mark)
+            return all(any(re.search(w, line) for line in log) for w in want)
+
+        try:
+            wait_for(traced, timeout=30, what="the connection's debug lines")
+        except AssertionError:
+            raise AssertionError("want lines matching:\n" + "\n".join(want)
+                                 + "\nkernel log:\n" + "\n".join(log)) from None
+        established = [line for line in log if "established:" in line]
+        assert len(established) == 2, established  # one per side
+    finally:
+        sh(f"echo 'module rsiw -p' > {DYNDBG}")
+    mark = dmesg_mark()
+    srv = server(7477, "accept")
+    assert connect(7477) == "connected"
+    srv.communicate(timeout=60)
+    quiet = [line for line in dmesg_since(mark) if "established:" in line]
+    assert not quiet, quiet
 
 
 def test_consumer_killed_while_connected(cm_dev):
@@ -214,6 +267,8 @@ def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):
     res = connect(7474)
     out, _ = srv.communicate(timeout=60)
     assert res == "connected" and "accepted" in out, (res, out)
+    c = port_counters(DEV)
+    assert (c["mpa_timeouts"], c["incoming_connections"], c["connect_attempts"]) == (1, 2, 1), c
 
 
 def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
@@ -235,6 +290,8 @@ def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
     assert got.startswith(b"MPA ID Req Frame"), got
     assert res == f"connect-errno {errno.ETIMEDOUT}", res
     assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 60, f"failed after {elapsed:.1f} s"
+    c = port_counters(DEV)
+    assert (c["mpa_timeouts"], c["connect_attempts"], c["incoming_connections"]) == (1, 1, 0), c
 
 
 def test_p2p_responder_without_rtr_terminates(cm_dev_timeout):

@@ -39,6 +39,7 @@ and `rmmod rsiw` must succeed.
 import fcntl
 import json
 import os
+import re
 import select
 import socket
 import struct
@@ -49,7 +50,8 @@ import termios
 import crcmod.predefined
 import pytest
 
-from conftest import load_rsiw, sh, unload_rsiw
+from conftest import (dmesg_mark, dmesg_since, load_rsiw, port_counters, sh, unload_rsiw,
+                      wait_for)
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -519,6 +521,8 @@ def test_crc_errors_terminate_and_deliver_nothing(target, peer, role):
             s.close()
         errs += verdict(name, data, report(), (2, 0, 0x02), 0)
     assert not errs, "\n".join(errs)
+    c = port_counters(DEV)
+    assert (c["crc_errors"], c["terminate_sent_mpa"], c["terminate_sent"]) == (2, 2, 2), c
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -556,6 +560,48 @@ def test_terminate_mid_message_closes_without_an_answer(target, peer, role):
     assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
     assert (r["changes"], r["foreign"]) == ([], []), r
     assert r["events"] == [IBV_EVENT_QP_FATAL], r
+
+
+def test_terminates_are_logged_in_words(target, peer):
+    """A TERMINATE rsiw sends and one it receives are each logged with the device, the QP
+    and the peer's address and port ("rsiw0 qp 3 10.91.0.1:41234: ...") and the cause in
+    words: layer, Error Type and Error Code with their meanings and the RFC section, as
+    Documentation/rsiw.rst's troubleshooting section lists them; no Rust Debug dump."""
+    report = target(2)
+    mark = dmesg_mark()
+    lines = []
+    for build in (lambda k: write(0xABCDE00 | (k["wkey"] & 0xFF), k["addr"], b"\xEE" * 16),
+                  lambda k: terminate(0, 2, 0x06)):
+        s, keys = open_conn("listen", report, peer)
+        who = "%s:%d" % s.getsockname()[:2]
+        s.sendall(build(keys))
+        try:
+            recv_all(s)
+        finally:
+            s.close()
+        report()
+        lines.append(rf"{DEV} qp \d+ {re.escape(who)}: ")
+    want = [
+        lines[0] + re.escape("sending TERMINATE: layer 1 (DDP), type 1 (tagged buffer error), "
+                             "code 0x00 (invalid STag), RFC 5041 §7.2"),
+        lines[1] + re.escape("the peer sent TERMINATE: layer 0 (RDMAP), type 2 (remote "
+                             "operation error), code 0x06 (unexpected opcode), RFC 5040 §7"),
+    ]
+    log = []
+
+    def logged():
+        log[:] = [line for line in dmesg_since(mark) if "rsiw" in line]
+        return all(any(re.search(w, line) for line in log) for w in want)
+
+    try:
+        wait_for(logged, timeout=30, what="the TERMINATE messages")
+    except AssertionError:
+        raise AssertionError("want lines matching:\n" + "\n".join(want) + "\nkernel log:\n"
+                             + "\n".join(log)) from None
+    assert not [line for line in log if "Some(" in line or "TermCause {" in line], log
+    c = port_counters(DEV)
+    assert (c["terminate_sent"], c["terminate_sent_ddp"], c["terminate_received"],
+            c["terminate_received_rdmap"], c["incoming_connections"]) == (1, 1, 1, 1, 2), c
 
 
 @pytest.mark.parametrize("role", ROLES)

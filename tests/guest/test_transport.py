@@ -70,7 +70,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import SIW_KO, RSIW_KO, load_rdma_core, module_loaded, sh
+from conftest import SIW_KO, RSIW_KO, load_rdma_core, module_loaded, port_counters, sh
 
 STANDIN = os.environ.get("RSIW_TRANSPORT_SELFTEST", "") == "siw"
 DUT_MOD = "siw" if STANDIN else "rsiw"
@@ -742,21 +742,11 @@ def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
     report(errs)
 
 
-def port_counters(dev=DUT):
-    """The port counters of `dev` port 1, from sysfs `hw_counters/`."""
-    d = f"/sys/class/infiniband/{dev}/ports/1/hw_counters"
-    out = {}
-    for name in os.listdir(d):
-        with open(os.path.join(d, name)) as f:
-            out[name] = int(f.read())
-    return out
-
-
 def check_spliced(zcopy):
     """After the zero-copy run on one device: FPDUs went both ways, and payload went to
     TCP by page reference exactly when zcopy_tx is on (at least the 32 unsignalled WRs of
     64 KiB). `rdma statistic` shows the same counter."""
-    c = port_counters()
+    c = port_counters(DUT)
     errs = []
     if c["tx_fpdus"] == 0 or c["rx_fpdus"] == 0 or c["tx_octets"] < c["tx_spliced_octets"]:
         errs.append(f"port counters implausible: {c}")

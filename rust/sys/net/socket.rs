@@ -64,6 +64,27 @@ unsafe impl Send for SockAddr {}
 // SAFETY: as above.
 unsafe impl Sync for SockAddr {}
 
+/// "10.0.0.2:4791", "[fe80::1%2]:4791": the kernel's `%pISpc` (address, port, IPv6 scope).
+impl core::fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut buf = [0u8; 64];
+        // SAFETY: `self.0` is a whole sockaddr_storage (its family selects the variant
+        // `%pISpc` reads); `buf` is writable for its length, and the shim writes at most
+        // that many octets including the NUL.
+        let n = unsafe {
+            b::rsiw_sockaddr_fmt(self.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as i32)
+        };
+        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+        f.write_str(core::str::from_utf8(&buf[..n]).unwrap_or("?"))
+    }
+}
+
+impl kernel::fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(self, f)
+    }
+}
+
 impl SockAddr {
     /// A copy of `ss`.
     pub(crate) fn from_storage(ss: &b::__kernel_sockaddr_storage) -> Self {

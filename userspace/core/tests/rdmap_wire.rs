@@ -727,3 +727,53 @@ proptest! {
         }
     }
 }
+
+/// A TERMINATE cause in words names the layer, type and code with their RFC meanings, the
+/// numbers as on the wire.
+#[test]
+fn terminate_cause_in_words() {
+    let c = TermCause::ddp(DdpError::Tagged(TaggedError::InvalidStag));
+    assert_eq!(
+        c.to_string(),
+        "layer 1 (DDP), type 1 (tagged buffer error), code 0x00 (invalid STag), RFC 5041 §7.2"
+    );
+    let c = TermCause::rdmap(RdmapError::RemoteProtection(ProtectionError::AccessRights));
+    assert_eq!(
+        c.to_string(),
+        "layer 0 (RDMAP), type 1 (remote protection error), code 0x02 (access rights \
+         violation), RFC 5040 §7"
+    );
+    let c = TermCause::mpa(MpaErrorCode::CrcMismatch);
+    assert_eq!(
+        c.to_string(),
+        "layer 2 (MPA), type 0 (LLP error), code 0x02 (received CRC does not match the \
+         calculated value), RFC 5044 §8, RFC 6581 §8"
+    );
+    let c = TermCause {
+        layer: Layer::Ddp,
+        etype: 2,
+        ecode: 0x77,
+    };
+    assert_eq!(
+        c.to_string(),
+        "layer 1 (DDP), type 2 (unassigned), code 0x77 (unassigned), no RFC assigns it"
+    );
+}
+
+proptest! {
+    /// Every cause a TERMINATE can carry has words, and exactly the assigned ones have a
+    /// meaning: the words never claim a meaning the decoder does not know.
+    #[test]
+    fn terminate_cause_words_match_decode(layer in 0u8..3, etype in 0u8..16, ecode: u8) {
+        let c = TermCause {
+            layer: Layer::from_code(layer).unwrap(),
+            etype,
+            ecode,
+        };
+        let w = c.words();
+        prop_assert_eq!(w.code == "unassigned", c.decode() == Cause::Unknown);
+        prop_assert_eq!(w.layer, ["RDMAP", "DDP", "MPA"][layer as usize]);
+        let head = format!("layer {} ({})", layer, w.layer);
+        prop_assert!(c.to_string().starts_with(&head));
+    }
+}

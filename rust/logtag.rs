@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Who a kernel message is about: the device, the QP and the peer, as in
+//! `rsiw0 qp 17 10.0.0.2:4791: the peer sent TERMINATE ...`.
+//!
+//! A tag is formatted once, when a connection (or a connection attempt) starts, and
+//! printed in front of each of its messages, so that a message can be matched with
+//! `rdma res show qp` and `ss -tn` without a debugger.
+
+use crate::device::Device;
+use crate::sys::ibdev::IbDevice;
+use crate::sys::net::socket::SockAddr;
+use crate::wire::terminate::TermCause;
+use core::fmt::{self, Write};
+
+/// Room for a device name (at most 63 octets), a QP number and an IPv6 address with scope
+/// and port.
+const CAP: usize = 144;
+
+/// The text in front of a connection's kernel messages (see the module documentation).
+pub(crate) struct Tag {
+    buf: [u8; CAP],
+    len: usize,
+}
+
+impl Tag {
+    /// The tag for device `dev`, QP `qpn` (if there is one yet) and the peer's address
+    /// `peer` (if known): "rsiw0 qp 17 10.0.0.2:4791", "rsiw0 10.0.0.2:4791", "rsiw0".
+    pub(crate) fn new(dev: &IbDevice<Device>, qpn: Option<u32>, peer: Option<&SockAddr>) -> Self {
+        let mut t = Tag {
+            buf: [0; CAP],
+            len: 0,
+        };
+        t.len = dev.name_into(&mut t.buf[..64]);
+        t.add(qpn, peer);
+        t
+    }
+
+    /// The tag of a connection attempt whose device is not known (yet): "rsiw
+    /// 10.0.0.2:4791".
+    pub(crate) fn without_device(qpn: Option<u32>, peer: Option<&SockAddr>) -> Self {
+        let mut t = Tag {
+            buf: [0; CAP],
+            len: 0,
+        };
+        let _ = t.write_str("rsiw");
+        t.add(qpn, peer);
+        t
+    }
+
+    fn add(&mut self, qpn: Option<u32>, peer: Option<&SockAddr>) {
+        // Writes past the capacity are cut off (`write_str` keeps what fits).
+        if let Some(q) = qpn {
+            let _ = write!(self, " qp {q}");
+        }
+        if let Some(p) = peer {
+            let _ = write!(self, " {p}");
+        }
+    }
+}
+
+impl Write for Tag {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = CAP - self.len;
+        // Cut at a character boundary so that the tag stays UTF-8.
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(core::str::from_utf8(&self.buf[..self.len]).unwrap_or("rsiw"))
+    }
+}
+
+impl kernel::fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A TERMINATE cause for a kernel message: its numbers and their meaning (see
+/// [`TermCause`]'s `Display`).
+pub(crate) struct CauseText(pub(crate) TermCause);
+
+impl kernel::fmt::Display for CauseText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
