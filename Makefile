@@ -2,7 +2,9 @@
 #
 # rsiw: user entry points.  See README.md.
 #
-#   make                 build rsiw.ko for the debug kernel (KERNEL=stock for Debian's kernel)
+#   make                 build rsiw.ko for the running kernel if its build tree has Rust
+#                        support, else for the project's debug kernel
+#   make KERNEL=debug|stock  build rsiw.ko for the project's debug kernel or Debian's kernel
 #   make KDIR=/path      build rsiw.ko against your own Rust-enabled kernel build tree
 #   make demo            boot Debian's kernel in a VM, load rsiw, show the device
 #   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
@@ -12,9 +14,20 @@
 #
 # Everything built outside the repository lives in $(RSIW_CACHE) (default /var/cache/rsiw).
 
+SHELL := /bin/bash
+# Plain `make` follows the out-of-tree convention: it builds against the running kernel's
+# build tree when that tree can build Rust modules (CONFIG_RUST=y and its Rust metadata,
+# rust/libkernel.rmeta; Debian's headers lack the latter, see scripts/dkms-kbuild.sh).
+# Otherwise, and whenever KERNEL=debug|stock is given, it builds for the project's own
+# kernels in the build root.
+ifeq ($(origin KERNEL)$(KDIR),undefined)
+RUNNING_KDIR := /lib/modules/$(shell uname -r)/build
+ifneq ($(and $(wildcard $(RUNNING_KDIR)/rust/libkernel.rmeta),$(shell grep -s '^CONFIG_RUST=y' $(RUNNING_KDIR)/.config)),)
+KDIR := $(RUNNING_KDIR)
+endif
+endif
 KERNEL ?= debug
 CMD ?= true
-SHELL := /bin/bash
 
 ifneq ($(KDIR),)
 # Building against a user-supplied kernel tree with the host's own toolchain.

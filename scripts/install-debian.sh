@@ -1,61 +1,74 @@
 #!/usr/bin/env bash
-# Build and install rsiw for the running Debian kernel (trixie with the backports kernel).
+# SPDX-License-Identifier: GPL-2.0
 #
-# Debian's kernel is built with CONFIG_RUST=y, but its linux-headers package lacks the Rust
-# metadata (rust/*.rmeta, scripts/target.json) out-of-tree Rust modules need.  This script
-# rebuilds that metadata from the matching linux-source package with Debian's own .config,
-# builds rsiw against it, installs it under /lib/modules/$KVER/updates and runs depmod.
-# With Secure Boot on, it signs the module with the DKMS MOK key (see README).
+# Install rsiw on Debian (trixie with its backports kernel) through DKMS, so that it is
+# rebuilt for every kernel installed later.
 #
-#   sudo scripts/install-debian.sh            # for the running kernel
+#   sudo scripts/install-debian.sh               # for the running kernel
 #   sudo KVER=7.3.4+deb13-amd64 scripts/install-debian.sh
+#   sudo scripts/install-debian.sh --uninstall   # remove rsiw for every kernel
+#
+# Checks first that the kernel has Rust support and that the backports suite is
+# configured; installs the toolchain, DKMS, the linux-source and linux-headers of the
+# kernel's exact version and the RDMA user space (ibverbs-providers, rdmacm-utils,
+# perftest); copies the sources to /usr/src/rsiw-VERSION and runs `dkms install`. DKMS
+# rebuilds the Rust metadata Debian's headers lack (scripts/dkms-kbuild.sh, about 2
+# minutes per kernel), builds, strips, signs (Secure Boot: see README.md) and installs
+# rsiw.ko. The build does not turn warnings into errors (the project's CI does).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-KVER=${KVER:-$(uname -r)}
-KBUILD=${KBUILD:-/usr/src/rsiw-kbuild-$KVER}
+ver=$(cat "$top/VERSION")
 log() { printf '[install-debian] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "run as root (apt-get, /usr/src, /lib/modules)"
-case "$KVER" in *+deb*-*) ;; *) die "kernel $KVER is not a Debian kernel; use 'make KDIR=...' instead" ;; esac
-upstream=${KVER%%+*}                    # 7.3.4
-series=$(echo "$upstream" | cut -d. -f1,2) # 7.3
-suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
+[ "$(id -u)" = 0 ] || die "run as root (apt-get, /usr/src, dkms)"
 
-log "installing the toolchain and linux-source-$series ($suite-backports)"
+if [ "${1:-}" = --uninstall ]; then
+	if command -v dkms >/dev/null && dkms status rsiw 2>/dev/null | grep -q .; then
+		log "removing rsiw/$ver from every kernel (dkms remove)"
+		dkms remove "rsiw/$ver" --all || true
+	fi
+	rm -rf "/usr/src/rsiw-$ver"
+	log "rsiw uninstalled (the kernel build trees it made went with it)"
+	exit 0
+fi
+
+KVER=${KVER:-$(uname -r)}
+case "$KVER" in *+deb*-*) ;; *) die "kernel $KVER is not a Debian kernel; use 'make KDIR=...' instead" ;; esac
+config=/boot/config-$KVER
+[ -f "$config" ] || die "no $config: is linux-image-$KVER installed?"
+grep -q '^CONFIG_RUST=y' "$config" ||
+	die "kernel $KVER has no Rust support (CONFIG_RUST=y); Debian's trixie-backports kernels have it"
+suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
+apt-cache policy 2>/dev/null | grep -q "a=$suite-backports\|n=$suite-backports" ||
+	die "the $suite-backports suite is not configured: add it to /etc/apt/sources.list.d/ (see README.md)"
+
+# linux-source of the image's exact Debian version: its tree must give the same
+# kernel.release and match the image's symbols.
+imgver=$(dpkg-query -W -f '${Version}' "linux-image-$KVER" 2>/dev/null) ||
+	die "linux-image-$KVER is not installed as a package"
+series=$(echo "${KVER%%+*}" | cut -d. -f1,2)
+log "installing the toolchain, DKMS, linux-source-$series=$imgver and the RDMA user space"
 apt-get update -qq
 apt-get install -y --no-install-recommends build-essential bc bison flex libelf-dev libssl-dev \
-	rustc rust-src rust-clippy bindgen clang libclang-dev llvm lld dwarves rsync kmod xz-utils
-apt-get install -y --no-install-recommends -t "$suite-backports" "linux-source-$series" \
-	"linux-headers-$KVER"
+	rustc rust-src bindgen clang libclang-dev llvm lld dwarves rsync kmod xz-utils dkms openssl \
+	ibverbs-providers rdmacm-utils perftest
+apt-get install -y --no-install-recommends -t "$suite-backports" \
+	"linux-source-$series=$imgver" "linux-headers-$KVER"
 
-H=/usr/src/linux-headers-$KVER
-if [ ! -f "$KBUILD/.rsiw-complete" ]; then
-	log "rebuilding the Rust metadata in $KBUILD (about 2 minutes)"
-	rm -rf "$KBUILD"
-	mkdir -p "$KBUILD"
-	tar -C "$KBUILD" --strip-components=1 -xf "/usr/src/linux-source-$series.tar.xz"
-	cp "$H/.config" "$KBUILD/.config"
-	cp "$H/.kernelvariables" "$KBUILD/.kernelvariables" 2>/dev/null || true
-	make -C "$KBUILD" -j"$(nproc)" olddefconfig prepare modules_prepare
-	cp "$H/Module.symvers" "$KBUILD/Module.symvers"
-	rel=$(cat "$KBUILD/include/config/kernel.release")
-	[ "$rel" = "$KVER" ] || die "linux-source-$series gives kernel.release $rel, not $KVER: install the matching linux-source version"
-	touch "$KBUILD/.rsiw-complete"
+src=/usr/src/rsiw-$ver
+log "copying the sources to $src"
+if dkms status "rsiw/$ver" 2>/dev/null | grep -q .; then
+	dkms remove "rsiw/$ver" --all || true
 fi
-
-log "building rsiw.ko"
-make -C "$top" KDIR="$KBUILD" CLIPPY=1
-dest=/lib/modules/$KVER/updates
-install -D -m 0644 "$top/rsiw.ko" "$dest/rsiw.ko"
-
-if command -v mokutil >/dev/null 2>&1 && mokutil --sb-state 2>/dev/null | grep -q enabled; then
-	key=${MOK_KEY:-/var/lib/dkms/mok.key}
-	crt=${MOK_CERT:-/var/lib/dkms/mok.pub}
-	[ -f "$key" ] && [ -f "$crt" ] ||
-		die "Secure Boot is on: create and enroll a MOK first (dkms generate_mok; mokutil --import $crt; reboot)"
-	log "Secure Boot: signing with $crt"
-	"$KBUILD/scripts/sign-file" sha256 "$key" "$crt" "$dest/rsiw.ko"
-fi
-depmod -a "$KVER"
-log "installed $dest/rsiw.ko; try: rdma link add rsiw0 type rsiw netdev eth0"
+rm -rf "$src"
+mkdir -p "$src"
+cp -r "$top/Kbuild" "$top/Makefile" "$top/VERSION" "$top/LICENSE" "$top/dkms.conf" \
+	"$top/rust" "$top/include" "$top/scripts" "$src/"
+# The kernel tree DKMS builds against, prepared here so that a mismatch (rustc, source
+# version) stops with its message before DKMS starts; DKMS's PRE_BUILD then reuses it.
+"$src/scripts/dkms-kbuild.sh" "$KVER"
+dkms add "rsiw/$ver"
+log "dkms install rsiw/$ver for $KVER (the first build of a kernel takes a few minutes)"
+dkms install "rsiw/$ver" -k "$KVER"
+log "installed; try: rdma link add rsiw0 type rsiw netdev eth0"

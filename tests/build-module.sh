@@ -21,8 +21,8 @@ in_root "$root" rsync -a --checksum --delete --exclude '*.o' --exclude '.*.cmd' 
 
 llvm=
 [ "$flavour" = debug ] && llvm=LLVM=1
-log "module ($flavour): make -C $(basename "$tree") M=build/$flavour $llvm CLIPPY=1"
-if ! in_root "$root" make -C "$tree" M="$out" $llvm CLIPPY=1 -j"$(nproc)" modules \
+log "module ($flavour): make -C $(basename "$tree") M=build/$flavour $llvm CLIPPY=1 RSIW_WERROR=1"
+if ! in_root "$root" make -C "$tree" M="$out" $llvm CLIPPY=1 RSIW_WERROR=1 -j"$(nproc)" modules \
 	>"$out/build.log" 2>&1; then
 	cat "$out/build.log" >&2
 	die "module build failed ($flavour)"

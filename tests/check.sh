@@ -11,7 +11,8 @@
 #      the interop cases the debug kernel leaves out (CRC on with rsiw as server, MPA
 #      revision 1 with CRC), which complete the revision x CRC x role matrix against siw,
 #      rdma-core's own pyverbs suite on rsiw and on siw (tests/guest/test_rdma_core.py),
-#      and a link type the debug kernel lacks (GRE)
+#      and a link type the debug kernel lacks (GRE), and dynamic debug
+#   5. the DKMS install path in the build root, then its module loaded in Debian's kernel
 . "$(dirname "$0")/lib.sh"
 
 log "check: host tests"
@@ -34,4 +35,6 @@ log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR p
 	-k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
 	or (interop_siw and crc1 and (rsiw_server or rev1)) or rdma_core_suite \
 	or unsupported_link_type or dynamic_debug"
+log "check: the DKMS install path on Debian's kernel (tests/dkms-test.sh)"
+"$RSIW_TOP/tests/dkms-test.sh"
 log "check: all passed"
