@@ -6,6 +6,7 @@
 
 use super::Cep;
 use crate::device::Device;
+use crate::logtag::Tag;
 use crate::sys::ibdev::{IbDevice, ListenerOps};
 use crate::sys::iwcm::CmId;
 use crate::sys::net::socket::{SockEvent, SockEvents, SockRef, Socket};
@@ -56,7 +57,10 @@ impl ListenerOps<Device> for Listener {
         }
         sock.set_v6only(id.afonly());
         sock.bind(&addr).inspect_err(|e| {
-            pr_warn_ratelimited!("listen: bind failed ({e:?})\n");
+            pr_warn_ratelimited!(
+                "{}: listen on {addr}: bind failed ({e:?})\n",
+                Tag::new(dev, None, None)
+            );
         })?;
         let l = Arc::pin_init(
             pin_init!(Self {
@@ -119,13 +123,22 @@ impl Listener {
         loop {
             match sock.accept() {
                 Ok(Some(child)) => {
+                    let peer = child.peer_addr().ok();
                     if let Err(e) = Cep::passive(this.clone(), child, sock) {
-                        pr_warn_ratelimited!("listen: dropping a connection ({e:?})\n");
+                        pr_warn_ratelimited!(
+                            "{}: dropping an incoming connection to {} ({e:?})\n",
+                            this.id.with_device(|d| Tag::new(d, None, peer.as_ref())),
+                            this.id.mapped_local_addr()
+                        );
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    pr_warn_ratelimited!("listen: accept failed ({e:?})\n");
+                    pr_warn_ratelimited!(
+                        "{}: listen on {}: accept failed ({e:?})\n",
+                        this.id.with_device(|d| Tag::new(d, None, None)),
+                        this.id.mapped_local_addr()
+                    );
                     break;
                 }
             }
