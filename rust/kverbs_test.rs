@@ -612,7 +612,7 @@ mod suite {
         let (stag, _, _) = mr.key_and_range();
         check!(stag >> 8 != 0 && stag & 0xff == 0);
         check!(d.stags.lookup(stag, pd.id(), 0, 0, 1).err() == Some(TaggedCheck::InvalidStag));
-        check!(d.stags.fast_register(stag, pd.id(), 0) == Err(EINVAL));
+        check!(d.stags.fast_register(stag, pd.id(), 0, 0, 1) == Err(EINVAL));
         check!(mr.map(&t.buf[100..100 + 8192]) == 1);
         let (_, iova, len) = mr.key_and_range();
         check!(iova == base + 100 && len == 8192);
@@ -623,8 +623,11 @@ mod suite {
         // Re-mapped and re-registered under another key; deregistration removes the STag.
         check!(mr.map(&t.buf[0..4096]) == 1);
         let again = (stag & !0xff) | 0x77;
-        req!(d.stags.fast_register(again, pd.id(), LOCAL_WRITE as i32));
+        req!(d
+            .stags
+            .fast_register(again, pd.id(), LOCAL_WRITE as i32, base, 4096));
         req!(d.stags.lookup(again, pd.id(), LOCAL_WRITE, base, 4096));
+        frmr_moved_iova(t, again)?;
         drop(mr);
         check!(d.stags.lookup(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         Ok(())
@@ -637,9 +640,16 @@ mod suite {
         let (d, pd, pd2) = (t.dev.driver(), t.pd, t.pd2);
         let remote_write = access_bits(Access::RemoteWrite);
         let rights = (LOCAL_WRITE | remote_write) as i32;
-        check!(d.stags.fast_register(key, pd2.id(), rights) == Err(EACCES));
-        req!(d.stags.fast_register(key, pd.id(), rights));
-        check!(d.stags.fast_register(key, pd.id(), rights) == Err(EINVAL));
+        check!(d.stags.fast_register(key, pd2.id(), rights, iova, 8192) == Err(EACCES));
+        // Not beyond the mapping, not wrapping 2^64.
+        check!(d.stags.fast_register(key, pd.id(), rights, iova, 8193) == Err(EINVAL));
+        check!(
+            d.stags
+                .fast_register(key, pd.id(), rights, u64::MAX - 100, 8192)
+                == Err(EINVAL)
+        );
+        req!(d.stags.fast_register(key, pd.id(), rights, iova, 8192));
+        check!(d.stags.fast_register(key, pd.id(), rights, iova, 8192) == Err(EINVAL));
         check!(d.stags.lookup(stag, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
         let m = req!(d.stags.lookup(key, pd.id(), remote_write, iova, 8192));
         check!(m.stag() == key && m.pd() == pd.id() && m.bounds() == (iova, 8192) && m.is_valid());
@@ -654,6 +664,30 @@ mod suite {
         );
         check!(d.stags.lookup(key, pd.id(), 0, iova - 1, 1).err() == Some(TaggedCheck::BaseBounds));
         Ok(m)
+    }
+
+    /// A consumer may give the MR another iova between `map_mr_sg` and REG_MR (xprtrdma
+    /// puts the RPC's XID in its upper 32 bits): the STag `stag` (valid, mapped at the
+    /// start of `t.buf` for 4096 octets) registered again at such an iova is looked up at
+    /// the new offsets only, and they resolve to the same pages.
+    fn frmr_moved_iova(t: &MrRig<'_>, stag: u32) -> Checked {
+        let (d, pd, base) = (t.dev.driver(), t.pd, t.base);
+        req!(d.stags.invalidate(stag, pd.id()));
+        let moved = (base & 0xffff_ffff) | (0x1234_5678u64 << 32);
+        req!(d
+            .stags
+            .fast_register(stag, pd.id(), LOCAL_WRITE as i32, moved, 4096));
+        let m = req!(d.stags.lookup(stag, pd.id(), LOCAL_WRITE, moved, 4096));
+        check!(m.bounds() == (moved, 4096));
+        for off in [0, 1, 4095] {
+            check!(m.resolve(moved + off).map(|k| k.addr()) == Some(base + off));
+        }
+        if moved != base {
+            check!(
+                d.stags.lookup(stag, pd.id(), 0, base, 1).err() == Some(TaggedCheck::BaseBounds)
+            );
+        }
+        Ok(())
     }
 
     /// Resolution follows the page list: contiguous up to each page end.

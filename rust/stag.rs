@@ -35,9 +35,15 @@ pub(crate) struct Mem {
     stag: AtomicU32,
     pd: PdId,
     access: AtomicU32,
+    /// The tagged offset of the first octet (for a fast-registration MR: the consumer's
+    /// `iova` when it posted REG_MR).
     va: AtomicU64,
     len: AtomicU64,
     valid: AtomicBool,
+    /// A fast-registration MR's mapping (`map_mr_sg`): its length in octets, and the
+    /// offset of its first octet in the first page of the page list.
+    mapped_len: AtomicU64,
+    first_off: AtomicU64,
     /// A DMA MR: the tagged offset is the kernel virtual address.
     dma: bool,
     /// The mark of a kernel consumer's region (a DMA or fast-registration MR): its
@@ -129,6 +135,13 @@ impl Mem {
     pub(crate) fn set_mapping(&self, iova: u64, len: u64, page_size: u32) {
         self.va.store(iova, Ordering::Relaxed);
         self.len.store(len, Ordering::Relaxed);
+        self.mapped_len.store(len, Ordering::Relaxed);
+        let off = if page_size.is_power_of_two() {
+            iova & (u64::from(page_size) - 1)
+        } else {
+            0
+        };
+        self.first_off.store(off, Ordering::Relaxed);
         self.page_size.store(page_size, Ordering::Relaxed);
     }
 
@@ -154,10 +167,15 @@ impl Mem {
         if !ps.is_power_of_two() {
             return None;
         }
-        // `va` is the DMA address of the first octet; the first page is `va` rounded down.
-        let at = off.checked_add(va & (ps - 1))?;
-        let page = *self.pages.lock().get(usize::try_from(at / ps).ok()?)?;
-        let within = at % ps;
+        // The first octet lies `first_off` into the first page of the list (the mapping's
+        // DMA address; `va` is whatever tagged offset REG_MR gave it).
+        let at = off.checked_add(self.first_off.load(Ordering::Acquire))?;
+        // `ps` is a power of two: shift and mask, no division.
+        let page = *self
+            .pages
+            .lock()
+            .get(usize::try_from(at >> ps.trailing_zeros()).ok()?)?;
+        let within = at & (ps - 1);
         Some(kc.range(page.checked_add(within)?, (ps - within).min(len - off)))
     }
 }
@@ -209,6 +227,8 @@ impl StagTable {
                 access: AtomicU32::new((access & ACCESS_MASK) as u32),
                 va: AtomicU64::new(va),
                 len: AtomicU64::new(len),
+                mapped_len: AtomicU64::new(0),
+                first_off: AtomicU64::new(0),
                 valid: AtomicBool::new(valid),
                 dma,
                 kernel,
@@ -338,13 +358,24 @@ impl StagTable {
     /// Executes a REG_MR work request on a QP of protection domain `pd`: the
     /// fast-registration MR whose index `stag` names (its page list set by `map_mr_sg`)
     /// takes `stag`'s key and the rights `access` (`IB_ACCESS_*`, masked to what iWARP
-    /// has) and becomes valid. Any context.
+    /// has) and becomes valid as `len` octets at tagged offset `iova`: the MR's `iova` and
+    /// `length` when the consumer posted the request, which it may have changed after
+    /// `map_mr_sg` (NFS over RDMA puts the RPC's XID in the upper 32 bits of `iova`). The
+    /// pages stay those of the mapping. Any context.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for no such MR, not a fast-registration MR, no page list mapped, or an
-    /// MR that is still valid; `EACCES` for another PD.
-    pub(crate) fn fast_register(&self, stag: u32, pd: PdId, access: i32) -> Result {
+    /// `EINVAL` for no such MR, not a fast-registration MR, no page list mapped, an MR
+    /// that is still valid, or `len` beyond the mapping or `iova + len` beyond 2^64;
+    /// `EACCES` for another PD.
+    pub(crate) fn fast_register(
+        &self,
+        stag: u32,
+        pd: PdId,
+        access: i32,
+        iova: u64,
+        len: u64,
+    ) -> Result {
         let mem = self.regions.get(stag >> 8).ok_or(EINVAL)?;
         if mem.max_pages == 0 || mem.pages.lock().is_empty() {
             return Err(EINVAL);
@@ -355,6 +386,11 @@ impl StagTable {
         if mem.is_valid() {
             return Err(EINVAL);
         }
+        if len > mem.mapped_len.load(Ordering::Acquire) || iova.checked_add(len).is_none() {
+            return Err(EINVAL);
+        }
+        mem.va.store(iova, Ordering::Release);
+        mem.len.store(len, Ordering::Release);
         mem.access
             .store((access & ACCESS_MASK) as u32, Ordering::Release);
         mem.stag.store(stag, Ordering::Release);

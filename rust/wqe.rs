@@ -78,6 +78,13 @@ impl SendWqe {
         self.sge[0].laddr as u32 as i32
     }
 
+    /// The tagged offset and length (octets) a REG_MR WQE registers its MR as: the MR's
+    /// `iova` (in `raddr`) and `length` (beside `access` in the first SGE) when the
+    /// consumer posted it; meaningless for other opcodes.
+    pub(crate) fn reg_range(&self) -> (u64, u64) {
+        (self.raddr, u64::from(self.sge[0].length))
+    }
+
     /// The local SGEs (empty for inline WQEs).
     pub(crate) fn sges(&self) -> &[Sge] {
         if self.flags & INLINE != 0 {

@@ -322,8 +322,9 @@ impl Conn {
                 );
             })
         } else {
+            let (iova, len) = w.reg_range();
             dev.stags
-                .fast_register(w.rkey, pd, w.access())
+                .fast_register(w.rkey, pd, w.access(), iova, len)
                 .map_err(|e| {
                     pr_warn_ratelimited!(
                         "{}: REG_MR of STag {:#x} failed ({e:?})\n",

@@ -284,7 +284,7 @@ fn read_opcode(qpn: u32, op: KernelOpcode, n: u32) -> Result<WrOpcode> {
 ///
 /// `EINVAL` for a REG_MR without an MR or with a key that names another MR.
 fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
-    let (lkey, key, access) = wr
+    let (lkey, key, access, iova, length) = wr
         .reg()
         .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
     if lkey >> 8 != key >> 8 {
@@ -293,8 +293,20 @@ fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
             format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}"),
         ));
     }
+    let length = u32::try_from(length).map_err(|_| {
+        invalid(
+            qpn,
+            format_args!("REG_MR of {length} octets (4 GiB or more)"),
+        )
+    })?;
     sqe.rkey = key;
-    sqe.__bindgen_anon_2.access = u64::from(access as u32);
+    // The WQE carries the MR's iova and length as of now (see `SendWqe::reg_range`): the
+    // tagged offset in `raddr`, the length beside `access` in the first SGE.
+    sqe.__bindgen_anon_1.raddr = iova;
+    let mut sges = [Sge::zeroed(); MAX_SGE as usize];
+    sges[0].laddr = u64::from(access as u32);
+    sges[0].length = length;
+    sqe.__bindgen_anon_2.sge = sges;
     sqe.flags = flags;
     sqe.opcode = WrOpcode::RegMr.raw();
     Ok(sqe)

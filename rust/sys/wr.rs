@@ -153,9 +153,10 @@ impl SendWr {
     }
 
     /// The fast-registration request of `IB_WR_REG_MR` (`struct ib_reg_wr`): the MR's
-    /// current local STag (`mr->lkey`), the STag to register it under (`key`) and the
-    /// rights (`IB_ACCESS_*`); `None` for other opcodes or without an MR.
-    pub(crate) fn reg(&self) -> Option<(u32, u32, i32)> {
+    /// current local STag (`mr->lkey`), the STag to register it under (`key`), the rights
+    /// (`IB_ACCESS_*`), and the MR's `iova` and `length` as they are now (a consumer may
+    /// change `iova` after `map_mr_sg`); `None` for other opcodes or without an MR.
+    pub(crate) fn reg(&self) -> Option<(u32, u32, i32, u64, u64)> {
         if self.0.opcode != bindings::ib_wr_opcode_IB_WR_REG_MR {
             return None;
         }
@@ -165,7 +166,7 @@ impl SendWr {
         let r = unsafe { &*p };
         // SAFETY: `r.mr` is null or the consumer's MR, alive while its WR is posted.
         let mr = unsafe { r.mr.as_ref()? };
-        Some((mr.lkey, r.key, r.access))
+        Some((mr.lkey, r.key, r.access, mr.iova, mr.length))
     }
 
     /// Copies the data of all SGEs (inline send) into `dst`; returns the octet count.
