@@ -52,7 +52,7 @@ use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, Session, SessionConfig};
 use crate::engine::startup::Negotiated;
-use crate::logtag::Tag;
+use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
 use crate::stag::MrRef;
 use crate::sys::ibdev::QpRef;
@@ -533,6 +533,9 @@ impl Conn {
             };
             match ev {
                 Event::Failed(cause) => {
+                    // Once per connection, whoever found the error (the receive path, the
+                    // transmit path, a timer).
+                    pr_warn_ratelimited!("{}: sending TERMINATE: {}\n", this.tag, CauseText(cause));
                     if cause == TermCause::mpa(MpaErrorCode::CrcMismatch) {
                         if let Some(qp) = g.qp.as_ref() {
                             qp.device().count(Stat::CrcErrors, 1);

@@ -111,27 +111,19 @@ impl RxSide {
         let dev = qp.device();
         dev.count(Stat::RxOctets, chunk.len() as u64);
         dev.count(Stat::RxFpdus, fpdus);
-        if wake {
-            match session.state() {
-                SessionState::TerminateDue { term, .. } => {
-                    pr_warn_ratelimited!("{tag}: sending TERMINATE: {}\n", CauseText(term.cause));
+        if let (true, SessionState::Closed(Close::PeerTerminated(t))) = (wake, session.state()) {
+            match t {
+                Some(t) => {
+                    pr_warn_ratelimited!(
+                        "{tag}: the peer sent TERMINATE: {}\n",
+                        CauseText(t.cause)
+                    );
+                    dev.stats().count_terminate(t.cause.layer, false);
                 }
-                SessionState::Closed(Close::PeerTerminated(t)) => {
-                    match t {
-                        Some(t) => pr_warn_ratelimited!(
-                            "{tag}: the peer sent TERMINATE: {}\n",
-                            CauseText(t.cause)
-                        ),
-                        None => pr_warn_ratelimited!(
-                            "{tag}: the peer sent a TERMINATE that does not decode\n"
-                        ),
-                    }
-                    match t {
-                        Some(t) => dev.stats().count_terminate(t.cause.layer, false),
-                        None => dev.count(Stat::TerminateReceived, 1),
-                    }
+                None => {
+                    pr_warn_ratelimited!("{tag}: the peer sent a TERMINATE that does not decode\n");
+                    dev.count(Stat::TerminateReceived, 1);
                 }
-                _ => {}
             }
         }
         wake
