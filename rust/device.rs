@@ -124,6 +124,12 @@ impl Device {
         self.stats.count(s, n);
     }
 
+    /// Counts a TERMINATE of `layer`, sent (`sent`) or received (see
+    /// [`Stats::count_terminate`]).
+    pub(crate) fn count_terminate(&self, layer: Layer, sent: bool) {
+        self.stats.count_terminate(layer, sent);
+    }
+
     /// The device's counters, for an endpoint that may outlive the device.
     pub(crate) fn stats(&self) -> Arc<Stats> {
         self.stats.clone()

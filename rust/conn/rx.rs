@@ -118,7 +118,7 @@ impl RxSide {
                         "{tag}: the peer sent TERMINATE: {}\n",
                         CauseText(t.cause)
                     );
-                    dev.stats().count_terminate(t.cause.layer, false);
+                    dev.count_terminate(t.cause.layer, false);
                 }
                 None => {
                     pr_warn_ratelimited!("{tag}: the peer sent a TERMINATE that does not decode\n");

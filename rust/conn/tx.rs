@@ -216,7 +216,7 @@ impl Conn {
                     }
                 };
                 match cause {
-                    Some(c) => qp.device().stats().count_terminate(c.layer, true),
+                    Some(c) => qp.device().count_terminate(c.layer, true),
                     None => qp.device().count(Stat::TerminateSent, 1),
                 }
                 Self::sync_session(this, g);

@@ -68,12 +68,9 @@ unsafe impl Sync for SockAddr {}
 impl core::fmt::Display for SockAddr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut buf = [0u8; 64];
-        // SAFETY: `self.0` is a whole sockaddr_storage (its family selects the variant
-        // `%pISpc` reads); `buf` is writable for its length, and the shim writes at most
-        // that many octets including the NUL.
-        let n = unsafe {
-            b::rsiw_sockaddr_fmt(self.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as i32)
-        };
+        let (out, cap) = (buf.as_mut_ptr().cast(), buf.len() as i32);
+        // SAFETY: a whole sockaddr_storage; the shim writes at most `cap` octets to `out`.
+        let n = unsafe { b::rsiw_sockaddr_fmt(self.as_ptr(), out, cap) };
         let n = usize::try_from(n).unwrap_or(0).min(buf.len());
         f.write_str(core::str::from_utf8(&buf[..n]).unwrap_or("?"))
     }
