@@ -36,6 +36,19 @@ impl Tag {
         t
     }
 
+    /// The tag of an object of a device, given the device's name through `name` (which
+    /// writes it into the buffer it gets and returns its length in octets, as
+    /// [`IbDevice::name_into`]) and the QP number, if any: "rsiw0 qp 17", "rsiw0".
+    pub(crate) fn with_name(name: impl FnOnce(&mut [u8]) -> usize, qpn: Option<u32>) -> Self {
+        let mut t = Tag {
+            buf: [0; CAP],
+            len: 0,
+        };
+        t.len = name(&mut t.buf[..64]);
+        t.add(qpn, None);
+        t
+    }
+
     /// The tag of a connection attempt whose device is not known (yet): "rsiw
     /// 10.0.0.2:4791".
     pub(crate) fn without_device(qpn: Option<u32>, peer: Option<&SockAddr>) -> Self {

@@ -29,6 +29,7 @@ use crate::conn::Conn;
 use crate::cq::Cq;
 use crate::device::Device;
 use crate::limits::Object;
+use crate::logtag::Tag;
 use crate::srq::Srq;
 use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps};
 use crate::sys::mem::ring::{Ring, Tail};
@@ -89,45 +90,64 @@ pub(crate) struct Qp {
     conn: SpinLockIrq<Option<Arc<Conn>>>,
 }
 
-/// Logs `what` (rate-limited) for QP `qpn` and returns `EINVAL`.
+/// The QP a verb's error message is about, named by its device and number ("rsiw0 qp
+/// 17", as `rdma res show qp` lists it).
+#[derive(Clone, Copy)]
+enum Who<'a> {
+    /// A QP that exists.
+    Qp(&'a IbQp<Qp>),
+    /// A QP being created: its device and number.
+    Creating(&'a IbDevice<Device>, u32),
+}
+
+impl Who<'_> {
+    fn tag(self) -> Tag {
+        match self {
+            Who::Qp(qp) => Tag::with_name(|b| qp.device_name_into(b), Some(qp.qpn())),
+            Who::Creating(dev, qpn) => Tag::new(dev, Some(qpn), None),
+        }
+    }
+}
+
+/// Logs `what` (rate-limited) for the QP `who` names and returns `EINVAL`.
 #[track_caller]
-fn invalid(qpn: u32, what: core::fmt::Arguments<'_>) -> Error {
-    pr_err_ratelimited!("QP {qpn}: {what}\n");
+fn invalid(who: Who<'_>, what: core::fmt::Arguments<'_>) -> Error {
+    pr_err_ratelimited!("{}: {what}\n", who.tag());
     EINVAL
 }
 
 /// The SQ and, without SRQ, the RQ of a QP.
 type Rings = (Ring<Sqe>, Option<Ring<Rqe>>);
 
-/// Checks the capabilities `cap` asked for QP `qpn` against [`MAX_QP_WR`], [`MAX_SGE`]
+/// Checks the capabilities `cap` asked for the QP `who` names against [`MAX_QP_WR`], [`MAX_SGE`]
 /// and [`MAX_INLINE`]. The RQ depth counts only without SRQ (`srq` false); a user QP
 /// (`user`) without SRQ needs an RQ.
 ///
 /// # Errors
 ///
 /// `EINVAL` for caps beyond the limits or a user QP without RQ and SRQ.
-fn check_caps(qpn: u32, cap: &QpCap, srq: bool, user: bool) -> Result {
+fn check_caps(who: Who<'_>, cap: &QpCap, srq: bool, user: bool) -> Result {
     if cap.max_send_wr == 0 || cap.max_send_wr > MAX_QP_WR {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("max_send_wr {} outside 1..={MAX_QP_WR}", cap.max_send_wr),
         ));
     }
     if !srq && cap.max_recv_wr > MAX_QP_WR {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("max_recv_wr {} above {MAX_QP_WR}", cap.max_recv_wr),
         ));
     }
     if !srq && user && cap.max_recv_wr == 0 {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("a user QP without SRQ needs max_recv_wr >= 1"),
         ));
     }
     if cap.max_send_sge > MAX_SGE || cap.max_recv_sge > MAX_SGE {
         return Err(invalid(
-            qpn,
+            who,
             format_args!(
                 "max_send_sge {} / max_recv_sge {} above {MAX_SGE}",
                 cap.max_send_sge, cap.max_recv_sge
@@ -136,7 +156,7 @@ fn check_caps(qpn: u32, cap: &QpCap, srq: bool, user: bool) -> Result {
     }
     if cap.max_inline_data > MAX_INLINE {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("max_inline_data {} above {MAX_INLINE}", cap.max_inline_data),
         ));
     }
@@ -203,7 +223,7 @@ impl Qp {
         // Checked under the slot lock: destroy sets the flag before emptying the slot.
         if qp.destroying.load(Ordering::Acquire) || slot.is_some() {
             return Err(invalid(
-                qp.qpn(),
+                Who::Qp(qp),
                 format_args!("QP is being destroyed or connected already"),
             ));
         }
@@ -252,7 +272,7 @@ impl QpOps<Device> for Qp {
             srq,
         } = init;
         let user = udata.is_some();
-        check_caps(qpn, &cap, srq.is_some(), user)?;
+        check_caps(Who::Creating(dev, qpn), &cap, srq.is_some(), user)?;
         let slot = dev.counts.take(Object::Qp)?;
         let num_sqe = cap.max_send_wr.next_power_of_two();
         let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {

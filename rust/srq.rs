@@ -15,6 +15,7 @@ use crate::abi::{CreateSrqResp, Rqe};
 use crate::device::Device;
 use crate::limits::Object;
 use crate::limits::MAX_SGE;
+use crate::logtag::Tag;
 use crate::sys::ibdev::{IbDevice, SrqAttr, SrqModify, SrqOps};
 use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::IbSrq;
@@ -48,9 +49,11 @@ pub(crate) struct Srq {
     posting: SpinLockIrq<Posting>,
 }
 
+/// Logs `what` (rate-limited) for an SRQ of the device whose name `dev_name` writes (as
+/// [`IbDevice::name_into`]) and returns `EINVAL`.
 #[track_caller]
-fn invalid(what: core::fmt::Arguments<'_>) -> Error {
-    pr_err_ratelimited!("SRQ: {what}\n");
+fn invalid(dev_name: impl FnOnce(&mut [u8]) -> usize, what: core::fmt::Arguments<'_>) -> Error {
+    pr_err_ratelimited!("{} srq: {what}\n", Tag::with_name(dev_name, None));
     EINVAL
 }
 
@@ -73,22 +76,22 @@ impl SrqOps<Device> for Srq {
     ) -> Result<(u32, impl PinInit<Self, Error>)> {
         let a = *attr;
         if a.max_wr == 0 || a.max_wr > MAX_SRQ_WR {
-            return Err(invalid(format_args!(
-                "max_wr {} outside 1..={MAX_SRQ_WR}",
-                a.max_wr
-            )));
+            return Err(invalid(
+                |b| dev.name_into(b),
+                format_args!("max_wr {} outside 1..={MAX_SRQ_WR}", a.max_wr),
+            ));
         }
         if a.max_sge > MAX_SGE {
-            return Err(invalid(format_args!(
-                "max_sge {} above {MAX_SGE}",
-                a.max_sge
-            )));
+            return Err(invalid(
+                |b| dev.name_into(b),
+                format_args!("max_sge {} above {MAX_SGE}", a.max_sge),
+            ));
         }
         if a.limit > a.max_wr {
-            return Err(invalid(format_args!(
-                "srq_limit {} above max_wr {}",
-                a.limit, a.max_wr
-            )));
+            return Err(invalid(
+                |b| dev.name_into(b),
+                format_args!("srq_limit {} above max_wr {}", a.limit, a.max_wr),
+            ));
         }
         let slot = dev.counts.take(Object::Srq)?;
         let n = a.max_wr.next_power_of_two();
@@ -135,16 +138,19 @@ impl SrqOps<Device> for Srq {
     /// size. Each logs its cause (rate-limited).
     fn modify(srq: &IbSrq<Srq>, change: &SrqModify) -> Result {
         if change.max_wr.is_some() {
-            pr_err_ratelimited!("modify_srq: resizing an SRQ is not supported\n");
+            pr_err_ratelimited!(
+                "{} srq: resizing an SRQ is not supported\n",
+                Tag::with_name(|b| srq.device_name_into(b), None)
+            );
             return Err(EOPNOTSUPP);
         }
         if let Some(limit) = change.limit {
             let mut st = srq.posting.lock();
             if limit > srq.ring.size() {
-                return Err(invalid(format_args!(
-                    "srq_limit {limit} above the SRQ size {}",
-                    srq.ring.size()
-                )));
+                return Err(invalid(
+                    |b| srq.device_name_into(b),
+                    format_args!("srq_limit {limit} above the SRQ size {}", srq.ring.size()),
+                ));
             }
             st.limit = limit;
             st.armed = limit > 0;
@@ -173,7 +179,10 @@ impl SrqOps<Device> for Srq {
         if srq.user {
             let first = wrs.clone().next();
             return Err(PostError::at(
-                invalid(format_args!("user SRQs post through the mapped ring")),
+                invalid(
+                    |b| srq.device_name_into(b),
+                    format_args!("user SRQs post through the mapped ring"),
+                ),
                 first,
             ));
         }
@@ -181,7 +190,10 @@ impl SrqOps<Device> for Srq {
         for wr in wrs {
             let rqe = build_rqe(wr, srq.max_sge).map_err(|e| {
                 PostError::at(
-                    invalid(format_args!("bad receive WR ({})", e.to_errno())),
+                    invalid(
+                        |b| srq.device_name_into(b),
+                        format_args!("bad receive WR ({})", e.to_errno()),
+                    ),
                     Some(wr),
                 )
             })?;

@@ -6,7 +6,7 @@
 
 use super::state::State;
 use super::{
-    invalid, Pos, Qp, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID,
+    invalid, Pos, Qp, Who, INLINE, MAX_INLINE, MAX_SGE, READ_FENCE, SIGNALLED, SOLICITED, VALID,
 };
 use crate::abi::WrOpcode;
 use crate::abi::{Sge, Sqe};
@@ -49,12 +49,12 @@ impl Qp {
     /// iWARP), a REG_MR without an MR or with a key that names another MR. LOCAL_INV and
     /// REG_MR become `SIW_OP_INVAL_STAG` / `SIW_OP_REG_MR` SQEs the transport executes in
     /// SQ order (the new STag in `rkey`, REG_MR's rights in `access`).
-    fn build_sqe(&self, qpn: u32, wr: &SendWr) -> Result<Sqe> {
+    fn build_sqe(&self, who: Who<'_>, wr: &SendWr) -> Result<Sqe> {
         let n = u32::try_from(wr.num_sge())
-            .map_err(|_| invalid(qpn, format_args!("negative num_sge")))?;
+            .map_err(|_| invalid(who, format_args!("negative num_sge")))?;
         if n > self.caps.send_sge {
             return Err(invalid(
-                qpn,
+                who,
                 format_args!("{n} SGEs, at most {}", self.caps.send_sge),
             ));
         }
@@ -71,7 +71,7 @@ impl Qp {
             }
             KernelOpcode::RdmaWrite => (WrOpcode::Write, true),
             KernelOpcode::RdmaRead | KernelOpcode::RdmaReadWithInv => {
-                (read_opcode(qpn, op, n)?, false)
+                (read_opcode(who, op, n)?, false)
             }
             KernelOpcode::LocalInv => {
                 sqe.rkey = wr.invalidate_rkey();
@@ -79,10 +79,10 @@ impl Qp {
                 sqe.opcode = WrOpcode::InvalStag.raw();
                 return Ok(sqe);
             }
-            KernelOpcode::RegMr => return reg_mr_sqe(qpn, wr, sqe, flags),
+            KernelOpcode::RegMr => return reg_mr_sqe(who, wr, sqe, flags),
             KernelOpcode::Other(op) => {
                 return Err(invalid(
-                    qpn,
+                    who,
                     format_args!("opcode {op} is not supported on iWARP"),
                 ))
             }
@@ -96,12 +96,12 @@ impl Qp {
         }
         let mut sges = [Sge::zeroed(); MAX_SGE as usize];
         if f.inline() && may_inline {
-            let len = inline_sges(qpn, wr, &mut sges)?;
+            let len = inline_sges(who, wr, &mut sges)?;
             sqe.num_sge = u8::from(len > 0);
             flags |= INLINE;
         } else {
             copy_sges(&mut sges, wr.sges())
-                .ok_or_else(|| invalid(qpn, format_args!("message longer than 4 GiB")))?;
+                .ok_or_else(|| invalid(who, format_args!("message longer than 4 GiB")))?;
             sqe.num_sge = n as u8;
         }
         sqe.__bindgen_anon_2.sge = sges;
@@ -140,14 +140,14 @@ impl Qp {
         if qp.user {
             return Self::user_doorbell(qp, wrs);
         }
-        let qpn = qp.qpn();
+        let who = Who::Qp(qp);
         let (notify, res) = {
             let mut pos = qp.sq_pos.lock();
             let state = qp.state();
             post_each(wrs, |wr| {
                 let sqe = match state {
-                    State::Reset => Err(invalid(qpn, format_args!("post_send in RESET"))),
-                    _ => qp.build_sqe(qpn, wr),
+                    State::Reset => Err(invalid(who, format_args!("post_send in RESET"))),
+                    _ => qp.build_sqe(who, wr),
                 };
                 match sqe {
                     Err(e) => (Notify::NONE, Err(e)),
@@ -178,16 +178,16 @@ impl Qp {
         qp: &IbQp<Qp>,
         wrs: WrList<'a, SendWr>,
     ) -> Result<(), PostError<'a, SendWr>> {
-        let qpn = qp.qpn();
+        let who = Who::Qp(qp);
         if !wrs.is_empty() {
             return Err(PostError::at(
-                invalid(qpn, format_args!("user QPs post through the mapped SQ")),
+                invalid(who, format_args!("user QPs post through the mapped SQ")),
                 None,
             ));
         }
         match qp.state() {
             State::Reset => Err(PostError::at(
-                invalid(qpn, format_args!("post_send in RESET")),
+                invalid(who, format_args!("post_send in RESET")),
                 None,
             )),
             State::Error => {
@@ -216,18 +216,18 @@ impl Qp {
         qp: &IbQp<Qp>,
         wrs: WrList<'a, RecvWr>,
     ) -> Result<(), PostError<'a, RecvWr>> {
-        let qpn = qp.qpn();
+        let who = Who::Qp(qp);
         let first = wrs.clone().next();
         if qp.user {
             return Err(PostError::at(
-                invalid(qpn, format_args!("user QPs post through the mapped RQ")),
+                invalid(who, format_args!("user QPs post through the mapped RQ")),
                 first,
             ));
         }
         let Some(ring) = &qp.rq else {
             return Err(PostError::at(
                 invalid(
-                    qpn,
+                    who,
                     format_args!("post_recv on a QP with an SRQ or without RQ"),
                 ),
                 first,
@@ -238,9 +238,9 @@ impl Qp {
             let state = qp.state();
             post_each(wrs, |wr| {
                 let rqe = match state {
-                    State::Reset => Err(invalid(qpn, format_args!("post_recv in RESET"))),
+                    State::Reset => Err(invalid(who, format_args!("post_recv in RESET"))),
                     _ => build_rqe(wr, qp.caps.recv_sge).map_err(|e| {
-                        invalid(qpn, format_args!("bad receive WR ({})", e.to_errno()))
+                        invalid(who, format_args!("bad receive WR ({})", e.to_errno()))
                     }),
                 };
                 match rqe {
@@ -263,10 +263,10 @@ impl Qp {
 ///
 /// `EINVAL` unless it has exactly one SGE: an iWARP Read Request carries one sink STag
 /// (RFC 5040 §4.4).
-fn read_opcode(qpn: u32, op: KernelOpcode, n: u32) -> Result<WrOpcode> {
+fn read_opcode(who: Who<'_>, op: KernelOpcode, n: u32) -> Result<WrOpcode> {
     if n != 1 {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("RDMA READ with {n} SGEs; iWARP needs exactly 1"),
         ));
     }
@@ -283,19 +283,19 @@ fn read_opcode(qpn: u32, op: KernelOpcode, n: u32) -> Result<WrOpcode> {
 /// # Errors
 ///
 /// `EINVAL` for a REG_MR without an MR or with a key that names another MR.
-fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
+fn reg_mr_sqe(who: Who<'_>, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
     let (lkey, key, access, iova, length) = wr
         .reg()
-        .ok_or_else(|| invalid(qpn, format_args!("REG_MR without an MR")))?;
+        .ok_or_else(|| invalid(who, format_args!("REG_MR without an MR")))?;
     if lkey >> 8 != key >> 8 {
         return Err(invalid(
-            qpn,
+            who,
             format_args!("REG_MR key {key:#x} does not name MR {lkey:#x}"),
         ));
     }
     let length = u32::try_from(length).map_err(|_| {
         invalid(
-            qpn,
+            who,
             format_args!("REG_MR of {length} octets (4 GiB or more)"),
         )
     })?;
@@ -318,11 +318,11 @@ fn reg_mr_sqe(qpn: u32, wr: &SendWr, mut sqe: Sqe, flags: u16) -> Result<Sqe> {
 /// # Errors
 ///
 /// `EINVAL` for inline data beyond [`MAX_INLINE`] octets.
-fn inline_sges(qpn: u32, wr: &SendWr, sges: &mut [Sge; MAX_SGE as usize]) -> Result<usize> {
+fn inline_sges(who: Who<'_>, wr: &SendWr, sges: &mut [Sge; MAX_SGE as usize]) -> Result<usize> {
     let mut data = [0u8; MAX_INLINE as usize];
     let len = wr.copy_inline(&mut data).map_err(|e| {
         invalid(
-            qpn,
+            who,
             format_args!("inline data above {MAX_INLINE} octets ({})", e.to_errno()),
         )
     })?;

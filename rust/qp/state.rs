@@ -20,7 +20,7 @@
 //! manager and the data paths (which do not take the `attrs` mutex) cannot interleave with
 //! `modify_qp` into a state the table does not allow.
 
-use super::{invalid, Pos, Qp, VALID};
+use super::{invalid, Pos, Qp, Who, VALID};
 use crate::abi::{Rqe, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe, Notify};
@@ -70,12 +70,12 @@ impl State {
         }
     }
 
-    /// The rsiw state for a requested verbs state of QP `qpn`.
+    /// The rsiw state for a requested verbs state of the QP `who` names.
     ///
     /// # Errors
     ///
     /// `EINVAL` (with a rate-limited message) for SQD and SQE.
-    fn from_verbs(qpn: u32, s: QpState) -> Result<Self> {
+    fn from_verbs(who: Who<'_>, s: QpState) -> Result<Self> {
         Ok(match s {
             QpState::Reset => Self::Reset,
             QpState::Init => Self::Init,
@@ -84,7 +84,7 @@ impl State {
             QpState::Error => Self::Error,
             QpState::Sqd | QpState::Sqe => {
                 return Err(invalid(
-                    qpn,
+                    who,
                     format_args!("state {s:?} cannot be requested on iWARP"),
                 ));
             }
@@ -92,25 +92,44 @@ impl State {
     }
 }
 
-/// Checks a transition `modify_qp` asks for (the verbs modify-QP table restricted to
-/// iWARP; RTS only from RTS, the connection manager enters it).
+/// Whether the verbs modify-QP table, restricted to iWARP, allows `cur -> new` (RTS only
+/// from RTS: the connection manager enters it).
+pub(super) fn transition_allowed(cur: State, new: State) -> bool {
+    use State::*;
+    matches!(
+        (cur, new),
+        (_, Error)
+            | (Reset, Init)
+            | (Init, Init)
+            | (Init, Rtr)
+            | (Rtr, Rtr)
+            | (Rts, Rts)
+            | (Reset, Reset)
+            | (Init, Reset)
+            | (Rtr, Reset)
+            | (Error, Reset)
+    )
+}
+
+/// Checks a transition `modify_qp` asks for of the QP `who` names (see
+/// [`transition_allowed`]).
 ///
 /// # Errors
 ///
 /// `EINVAL` with a rate-limited message naming the transition.
-pub(super) fn check_transition(qpn: u32, cur: State, new: State) -> Result {
-    use State::*;
-    match (cur, new) {
-        (_, Error) | (Reset, Init) | (Init, Init) | (Init, Rtr) | (Rtr, Rtr) | (Rts, Rts) => Ok(()),
-        (Reset, Reset) | (Init, Reset) | (Rtr, Reset) | (Error, Reset) => Ok(()),
-        (_, Rts) => Err(invalid(
-            qpn,
+pub(super) fn check_transition(who: Who<'_>, cur: State, new: State) -> Result {
+    if transition_allowed(cur, new) {
+        Ok(())
+    } else if new == State::Rts {
+        Err(invalid(
+            who,
             format_args!("RTS needs an established iWARP connection (rdma_cm connect/accept)"),
-        )),
-        _ => Err(invalid(
-            qpn,
+        ))
+    } else {
+        Err(invalid(
+            who,
             format_args!("transition {cur:?} -> {new:?} is not allowed"),
-        )),
+        ))
     }
 }
 
@@ -267,7 +286,7 @@ impl Qp {
     /// from anything but RTS) or a wrong current state. Every error logs its cause
     /// (rate-limited).
     pub(super) fn modify_attrs(qp: &IbQp<Qp>, change: &QpModify) -> Result {
-        let qpn = qp.qpn();
+        let who = Who::Qp(qp);
         if change.state == Some(QpState::Sqd) {
             // iw_cm's graceful disconnect (RFC 5040 §6.2.1: the stream closes, the QP
             // leaves RTS). A QP that is not connected has nothing to drain.
@@ -279,7 +298,7 @@ impl Qp {
                 // Both sides disconnecting: the connection closed already.
                 None if qp.state() == State::Error => Ok(()),
                 None => Err(invalid(
-                    qpn,
+                    who,
                     format_args!("SQD requested but the QP is not connected"),
                 )),
             };
@@ -289,21 +308,21 @@ impl Qp {
         if let Some(believed) = change.cur_state {
             if believed != cur.to_verbs() {
                 return Err(invalid(
-                    qpn,
+                    who,
                     format_args!("cur_qp_state {believed:?} but the QP is {cur:?}"),
                 ));
             }
         }
         let new = match change.state {
-            Some(s) => State::from_verbs(qpn, s)?,
+            Some(s) => State::from_verbs(who, s)?,
             None => cur,
         };
         // Checked here for a clear error before anything changes, and again under the
         // position locks (the connection manager or a data path may move the QP meanwhile).
-        check_transition(qpn, cur, new)?;
+        check_transition(who, cur, new)?;
         if change.state.is_some() {
             let (prev, sq_flushed) =
-                Self::enter_checked(qp, new, |now| check_transition(qpn, now, new))?;
+                Self::enter_checked(qp, new, |now| check_transition(who, now, new))?;
             if new == State::Error {
                 Self::after_error(qp, prev, sq_flushed);
                 // An abrupt disconnect (iw_cm) or the consumer's ERROR: the connection
@@ -334,11 +353,11 @@ impl Qp {
     /// `EINVAL` (logged, rate-limited) unless the QP is in INIT or RTR (iWARP Idle): a
     /// QP the consumer reset or moved to ERROR meanwhile stays there.
     pub(crate) fn enter_rts(qp: &IbQp<Qp>) -> Result {
-        let qpn = qp.qpn();
+        let who = Who::Qp(qp);
         Self::enter_checked(qp, State::Rts, |now| match now {
             State::Init | State::Rtr => Ok(()),
             _ => Err(invalid(
-                qpn,
+                who,
                 format_args!("connection established but the QP is {now:?}, not INIT/RTR"),
             )),
         })

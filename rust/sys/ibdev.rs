@@ -153,14 +153,8 @@ impl<T: DeviceOps> IbDevice<T> {
     /// Copies the device's name ("rsiw0") into `buf`, cut to fit; returns its length in
     /// octets.
     pub(crate) fn name_into(&self, buf: &mut [u8]) -> usize {
-        let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
-        if len == 0 {
-            return 0;
-        }
-        // SAFETY: the device is live (invariant); `buf` is writable for `len` octets and
-        // the shim writes at most that many, NUL included.
-        let n = unsafe { bindings::rsiw_ibdev_name(self.as_raw(), buf.as_mut_ptr().cast(), len) };
-        usize::try_from(n).unwrap_or(0).min(buf.len())
+        // SAFETY: the device is live (invariant).
+        unsafe { raw_name_into(self.as_raw(), buf) }
     }
 
     /// Returns the netdev bound to port 1, with a reference, or `None` if it is gone.
@@ -460,4 +454,21 @@ impl<T: Objects> Drop for QpRef<T> {
         // Balances the reference taken by `qp_ref`; nothing touches the QP afterwards.
         self.qp().put_ref();
     }
+}
+
+/// Copies the name of the device at `raw` ("rsiw0") into `buf`, cut to fit; returns its
+/// length in octets.
+///
+/// # Safety
+///
+/// `raw` points to a live, registered `ib_device`.
+pub(super) unsafe fn raw_name_into(raw: *mut bindings::ib_device, buf: &mut [u8]) -> usize {
+    let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: `raw` is live (the caller); `buf` is writable for `len` octets and the shim
+    // writes at most that many, NUL included.
+    let n = unsafe { bindings::rsiw_ibdev_name(raw, buf.as_mut_ptr().cast(), len) };
+    usize::try_from(n).unwrap_or(0).min(buf.len())
 }

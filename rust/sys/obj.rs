@@ -168,6 +168,14 @@ impl<T> IbCq<T> {
 }
 
 impl<T> IbSrq<T> {
+    /// Copies the name of the SRQ's device into `buf`, cut to fit; returns its length in
+    /// octets.
+    pub(crate) fn device_name_into(&self, buf: &mut [u8]) -> usize {
+        // SAFETY: the SRQ is live, and so is the device it belongs to (the core destroys
+        // a device's objects before the device).
+        unsafe { super::ibdev::raw_name_into((*self.as_raw()).device, buf) }
+    }
+
     /// Reports that fewer WRs than the limit remain posted (`IB_EVENT_SRQ_LIMIT_REACHED`).
     pub(crate) fn dispatch_limit_reached(&self) {
         let ev = bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED;
@@ -254,6 +262,14 @@ impl<T> IbQp<T> {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).released));
         }
+    }
+
+    /// Copies the name of the QP's device into `buf`, cut to fit; returns its length in
+    /// octets.
+    pub(crate) fn device_name_into(&self, buf: &mut [u8]) -> usize {
+        // SAFETY: the QP is live, and so is the device it belongs to (the core destroys a
+        // device's objects before the device).
+        unsafe { super::ibdev::raw_name_into((*self.as_raw()).device, buf) }
     }
 
     /// Returns the QP number (`ib_qp::qp_num`).
