@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Boot a kernel flavour with virtme-ng and run a command in the guest as root.
 #
-#   tests/vm-run.sh [--kernel debug|stock] [--timeout SECONDS] -- CMD...
+#   tests/vm-run.sh [--kernel debug|stock] [--timeout SECONDS] [--cpus N] [--icount] -- CMD...
 #
 # The guest's root filesystem is the build root (read-only, with overlays); the
 # repository is mounted read-write at its host path and is the working directory.  The
@@ -17,14 +17,24 @@
 #
 # KVM is used only if a real probe boots this kernel under KVM (this kind of machine
 # exposes /dev/kvm but cannot run stock kernels with it); RSIW_KVM=0|1 overrides.
+#
+# --cpus sets the guest's vCPUs (default 2). --icount runs TCG with
+# `-icount shift=0,sleep=off`: the guest's clocks (TSC included) advance by one nanosecond
+# per guest instruction executed, so that timings in the guest count instructions and do
+# not depend on the host's load (`make bench`). It implies TCG and runs every vCPU on one
+# host thread, in turn.
 . "$(dirname "$0")/lib.sh"
 
 flavour=${KERNEL:-debug}
 timeout_s=${RSIW_VM_TIMEOUT:-1800}
+cpus=2
+icount=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--kernel) flavour=$2; shift 2 ;;
 	--timeout) timeout_s=$2; shift 2 ;;
+	--cpus) cpus=$2; shift 2 ;;
+	--icount) icount=1; shift ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
@@ -76,9 +86,14 @@ accel=(--disable-kvm)
 case "${RSIW_KVM:-auto}" in
 1) accel=() ;;
 0) ;;
-*) if kvm_ok; then accel=(); fi ;;
+*) if [ "$icount" = 0 ] && kvm_ok; then accel=(); fi ;;
 esac
-if [ ${#accel[@]} -eq 0 ]; then
+icount_opts=
+if [ "$icount" = 1 ]; then
+	[ ${#accel[@]} -gt 0 ] || die "--icount needs TCG (RSIW_KVM=1 asks for KVM)"
+	icount_opts=" -icount shift=0,sleep=off"
+	log "vm ($flavour): TCG with -icount shift=0,sleep=off (clocks count guest instructions), $cpus vCPU(s)"
+elif [ ${#accel[@]} -eq 0 ]; then
 	log "vm ($flavour): KVM"
 else
 	log "vm ($flavour): TCG (software emulation; KVM unusable or disabled here)"
@@ -148,10 +163,10 @@ set +e +o pipefail
 	exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
 		PATH=/opt/vng/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
 ' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
-	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus 2 --user root \
+	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus "$cpus" --user root \
 	--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
 	--append "panic_on_warn=0 panic=-1 oops=panic no5lvl unknown_nmi_panic panic_sys_info=all_bt,mem,blocked_tasks" \
-	--qemu-opts="-monitor unix:$monitor,server,nowait" \
+	--qemu-opts="-monitor unix:$monitor,server,nowait$icount_opts" \
 	--exec "$run/cmd.sh" </dev/null 2>&1 &
 	echo $! >"$run/timeout.pid"
 	wait $!

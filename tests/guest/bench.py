@@ -1,23 +1,45 @@
 # SPDX-License-Identifier: GPL-2.0
 """`make bench` in the guest: rsiw against the C siw in one boot, as ratios.
 
-Both providers run the same perftest programs through rdma_cm (`-R`) on the same topology:
-one device on a dummy netdev, client and server connecting to its address (loopback
-through the kernel's TCP stack). Each measurement alternates rsiw and siw runs
-(`RSIW_BENCH_REPEAT` pairs, default 5 from tests/bench.sh) and compares the medians:
+Both providers run the same programs through rdma_cm on the same topology: one device on a
+dummy netdev (MTU 1500), client and server connecting to its address (loopback through the
+kernel's TCP stack). tests/bench.sh boots the guest with one vCPU under
+`-icount shift=0,sleep=off`, where the guest's clocks count executed instructions: a
+cycle or a MB/s measures the instructions the kernel and the programs ran, not the host's
+load.
 
-- bandwidth (MB/s, perftest's BW average) of ib_write_bw, ib_read_bw and ib_send_bw at
-  4 KiB, 64 KiB and 1 MiB messages: ratio rsiw/siw, above 1 is better;
-- latency of ib_write_lat and ib_send_lat at 2 octets in CPU cycles (`-C`; perftest's usec
-  are unusable under TCG): ratio rsiw/siw, below 1 is better;
-- kernel memory: growth of Slab + VmallocUsed (KiB) while 8 connections of ib_write_bw
-  (`-q 8`) are open, and the module's core size: ratio rsiw/siw, below 1 is better.
+The order of the runs is the experiment. For each CRC setting, each round loads the
+providers in the order siw, rsiw, siw, rsiw (slots "a" and "b" of each), and every slot
+runs every measure of that setting. A measure's cell gives the median of each provider's
+runs, their spread ((max - min) / median) and the ratio rsiw/siw; the *null experiment*
+compares each provider's "a" runs with its "b" runs. A ratio counts only where both null
+ratios lie within +-5 %: the method then resolves a difference of that size.
 
-Absolute numbers under QEMU's TCG mean little; the ratios compare the two providers under
-the same emulation. Results go to stdout and, as JSON, to $RSIW_BENCH_OUT if set.
-RSIW_BENCH_ONLY=REGEX runs only the measures whose name matches (`make bench
-RSIW_BENCH_ONLY=lat` for the two latencies), for a quick look at one of them.
+Measures (`better` says which direction wins):
+- bandwidth in MB/s (perftest's BW average, 2^20 octets per MB) of ib_write_bw,
+  ib_read_bw and ib_send_bw at 4 KiB, 64 KiB and 1 MiB; read and send sleep on CQ events
+  (`-e`), ib_write_bw has no event mode and polls;
+- latency in cycles (perftest's t_typical, `-C`) of ib_send_lat and ib_read_lat (`-e`) and
+  ib_write_lat (polling: on one vCPU the peer runs when the poller's time slice ends) at
+  8 octets and 4 KiB;
+- with CRC32c on (rsiw `mpa_crc=1`; the C siw of this kernel has no parameter, so
+  tests/bench.sh builds a copy with `mpa_crc_required` set): the bandwidths at 64 KiB and
+  1 MiB and the 8-octet send and read latencies;
+- connection setup: rdma_cm connections per second (20 `rping -c -C 1` in a row against
+  a persistent `rping -s -P`: connect, one ping, disconnect, process start included);
+- CPU cost: milliseconds of non-idle CPU (/proc/stat) per GiB moved by ib_write_bw at
+  1 MiB, setup included;
+- kernel memory per QP: growth of SUnreclaim + VmallocUsed (KiB) while 16 ib_write_bw
+  connections run, divided by their 32 QPs;
+- the TCP ceiling: single-stream iperf3 on the same address, in the same unit as perftest.
+
+Outputs in $RSIW_BENCH_OUT (a directory): bench.md (the table and the conditions) and
+bench.json (every raw run); `bench.py plot DIR`, which tests/bench.sh runs on the host
+afterwards, draws throughput.png and latency.png from DIR/bench.json (hollow markers and
+hatched bars: cells whose null experiment failed). RSIW_BENCH_ROUNDS sets the rounds
+(default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches.
 """
+import datetime
 import json
 import os
 import re
@@ -29,13 +51,14 @@ import time
 
 RSIW_KO = os.environ.get("RSIW_KO", "")
 SIW_KO = os.environ.get("RSIW_SIW_KO", "")
-REPEAT = int(os.environ.get("RSIW_BENCH_REPEAT", "3"))
+SIW_CRC_KO = os.environ.get("RSIW_SIW_CRC_KO", "")
 NET, ADDR = "rsbench0", "10.95.0.1"
-T_RUN = 120
+T_RUN = 600
+NULL_BAND = 0.05
 
 
 class RunFailed(Exception):
-    """A perftest run that timed out or failed: recorded for its provider, not fatal."""
+    """A run that timed out or failed: recorded for its provider, not fatal."""
 
 _port = [19000]
 
@@ -47,10 +70,15 @@ def sh(cmd, check=True):
     return p.stdout
 
 
-def load(mod):
-    """Loads `mod` (rsiw or siw) and creates its device `bench0` on the dummy netdev."""
+def load(mod, crc=False):
+    """Loads `mod` (rsiw or siw), with MPA CRC32c asked for if `crc`, and creates its
+    device `bench0` on the dummy netdev."""
     if mod == "rsiw":
-        sh(f"insmod {RSIW_KO}")
+        sh(f"insmod {RSIW_KO}" + (" mpa_crc=1" if crc else ""))
+    elif crc:
+        if not SIW_CRC_KO:
+            sys.exit("bench: RSIW_SIW_CRC_KO is not set (the C siw asking for CRC)")
+        sh(f"insmod {SIW_CRC_KO}")
     elif SIW_KO:
         sh(f"insmod {SIW_KO}")
     else:
@@ -64,40 +92,50 @@ def unload(mod):
 
 
 def kernel_kib():
-    """Slab + VmallocUsed from /proc/meminfo (KiB)."""
+    """Unreclaimable slab + vmalloc from /proc/meminfo (SUnreclaim + VmallocUsed, KiB):
+    what kmalloc and vmalloc hold, without the caches the kernel may shrink at any time."""
     m = dict(re.findall(r"^(\w+):\s+(\d+)", open("/proc/meminfo").read(), flags=re.M))
-    return int(m["Slab"]) + int(m["VmallocUsed"])
+    return int(m["SUnreclaim"]) + int(m["VmallocUsed"])
+
+
+def busy_seconds():
+    """Non-idle CPU time of all CPUs since boot (s), from /proc/stat."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = f[3] + f[4]  # idle, iowait
+    return (sum(f[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def listening(p):
-    """Whether perftest's server accepts connections on port `p`: an rdma_cm listener
-    (the wildcard address: one child per device, bench0's included) and the provider's
-    TCP socket behind it, which the rdma_cm creates after showing its id in LISTEN."""
+    """Whether a server accepts connections on port `p`: an rdma_cm listener (the wildcard
+    address: one child per device, bench0's included) and the provider's TCP socket behind
+    it, which the rdma_cm creates after showing its id in LISTEN."""
     return (re.search(rf"link bench0/\S+ .*state LISTEN .*src-addr \S+:{p}\b",
                       sh("rdma res show cm_id", check=False)) is not None
             and sh(f"ss -Hltn 'sport = :{p}'", check=False).strip() != "")
 
 
-def perftest(tool, args, sample=None):
-    """Runs a perftest server and client on bench0; returns (client output, the value of
-    `sample()` taken once both are connected, or None)."""
+def client_server(server, client, sample=None, ready=listening):
+    """Starts `server` (argv; its port is the last element of `ready`'s argument), waits
+    until `ready(port)`, runs `client` to its end and returns (its output, the value of
+    `sample()` taken once the client is connected, or None)."""
     _port[0] += 1
     p = _port[0]
-    common = [tool, "-R", "-F", "-d", "bench0", "-p", str(p)] + args
-    srv = subprocess.Popen(common, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    server = [a.replace("{port}", str(p)) for a in server]
+    client = [a.replace("{port}", str(p)) for a in client]
+    srv = subprocess.Popen(server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not listening(p):
+        deadline = time.monotonic() + 120
+        while not ready(p):
             if srv.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"bench: {tool} server did not listen on port {p}")
+                raise RunFailed(f"{server[0]} server did not listen on port {p}")
             time.sleep(0.2)
-        cli = subprocess.Popen(common + [ADDR], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        cli = subprocess.Popen(client, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
         taken = None
         if sample:
             # Connected: the client's CM ID shows a peer address.
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while cli.poll() is None and time.monotonic() < deadline:
                 if re.search(rf"dst-addr {re.escape(ADDR)}:{p}\b",
                              sh("rdma res show cm_id", check=False)):
@@ -110,21 +148,26 @@ def perftest(tool, args, sample=None):
         except subprocess.TimeoutExpired:
             os.killpg(cli.pid, signal.SIGKILL)
             cli.wait()
-            raise RunFailed(f"{tool} {' '.join(args)} timed out after {T_RUN} s")
+            raise RunFailed(f"{' '.join(client)} timed out after {T_RUN} s")
         if cli.returncode != 0:
-            raise RunFailed(f"{tool} {' '.join(args)} exited {cli.returncode}: "
+            raise RunFailed(f"{' '.join(client)} exited {cli.returncode}: "
                             + " | ".join(out.strip().splitlines()[-3:]))
-        srv.wait(timeout=60)
         return out, taken
     finally:
-        for pr in (srv,):
-            if pr.poll() is None:
-                os.killpg(pr.pid, signal.SIGKILL)
-                pr.wait()
+        if srv.poll() is None:
+            os.killpg(srv.pid, signal.SIGKILL)
+            srv.wait()
+
+
+def perftest(tool, args, sample=None):
+    """Runs a perftest server and client on bench0 (rdma_cm, `-R`); returns (the client's
+    output, `sample()` taken once connected or None)."""
+    common = [tool, "-R", "-F", "-d", "bench0", "-p", "{port}"] + args
+    return client_server(common, common + [ADDR], sample)
 
 
 def result_row(out):
-    """The first data row of perftest's result table, as fields."""
+    """The first data row of perftest's result table, with its header, as fields."""
     lines = out.splitlines()
     for i, line in enumerate(lines):
         if re.match(r"\s*#bytes\s+#iterations", line):
@@ -135,85 +178,288 @@ def result_row(out):
     raise RunFailed("no result row in: " + " | ".join(out.strip().splitlines()[-3:]))
 
 
+def events(tool):
+    """perftest's event mode (`-e`) where the tool has one."""
+    return [] if tool in ("ib_write_bw", "ib_write_lat") else ["-e"]
+
+
+def bw_iters(size):
+    return 2000 if size <= 4096 else 400 if size <= 65536 else 40
+
+
 def bw(tool, size):
-    iters = 200 if size <= 65536 else 40
-    _, row = result_row(perftest(tool, ["-s", str(size), "-n", str(iters)])[0])
+    """Bandwidth of `tool` at `size` octets (MB/s, 2^20 octets per MB)."""
+    _, row = result_row(perftest(tool, ["-s", str(size), "-n", str(bw_iters(size))]
+                                 + events(tool))[0])
     return float(row[3])  # BW average [MB/sec]
 
 
-def lat(tool):
-    head, row = result_row(perftest(tool, ["-s", "2", "-n", "500", "-C"])[0])
+def lat(tool, size=2):
+    """Typical latency of `tool` at `size` octets (cycles)."""
+    head, row = result_row(perftest(tool, ["-s", str(size), "-n", "1000", "-C"]
+                                    + events(tool))[0])
     # Columns: #bytes #iterations t_min[cycles] t_max t_typical t_avg ...
     return float(row[head.index("t_typical[cycles]")] if "t_typical[cycles]" in head
                  else row[4])
 
 
-def mem():
+def cpu_per_gib():
+    """Non-idle CPU ms per GiB moved by ib_write_bw at 1 MiB (setup included)."""
+    size, iters = 1 << 20, 200
+    before = busy_seconds()
+    result_row(perftest("ib_write_bw", ["-s", str(size), "-n", str(iters)])[0])
+    return (busy_seconds() - before) * 1000 / (size * iters / (1 << 30))
+
+
+def mem_per_qp():
+    """Kernel memory (KiB) per QP while ib_write_bw runs 16 connections (32 QPs, both
+    sides) for 4 s."""
+    q = 16
     base = kernel_kib()
-    _, peak = perftest("ib_write_bw", ["-s", "65536", "-n", "2000", "-q", "8"],
+    _, peak = perftest("ib_write_bw", ["-s", "4096", "-D", "4", "-q", str(q)],
                        sample=kernel_kib)
-    return float(max(peak - base, 0)) if peak is not None else float("nan")
+    if peak is None:
+        raise RunFailed(f"ib_write_bw -q {q} ended before its connections were seen")
+    return max(peak - base, 0) / (2 * q)
 
 
-def coresize(mod):
-    return float(open(f"/sys/module/{mod}/coresize").read())
+def conn_rate():
+    """rdma_cm connections per second: `rping -c -C 1` (connect, one ping, disconnect)
+    N times in a row against a persistent `rping -s -P`, over the loop's run time; each
+    includes starting the rping process, the same for both providers."""
+    n = 20
+    _port[0] += 1
+    p = _port[0]
+    srv = subprocess.Popen(["rping", "-s", "-P", "-a", ADDR, "-p", str(p)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not listening(p):
+            if srv.poll() is not None or time.monotonic() > deadline:
+                raise RunFailed(f"rping server did not listen on port {p}")
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        for i in range(n):
+            c = subprocess.run(["rping", "-c", "-C", "1", "-a", ADDR, "-p", str(p)],
+                               capture_output=True, text=True, timeout=T_RUN)
+            if c.returncode != 0:
+                raise RunFailed(f"rping client {i + 1}/{n} exited {c.returncode}: "
+                                + " | ".join((c.stdout + c.stderr).strip().splitlines()[-3:]))
+        return n / (time.monotonic() - t0)
+    finally:
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait()
 
 
-CASES = ([(f"{t} {s // 1024} KiB MB/s", "higher", lambda t=t, s=s: bw(t, s))
-          for t in ("ib_write_bw", "ib_read_bw", "ib_send_bw")
-          for s in (4096, 65536, 1 << 20)]
-         + [(f"{t} 2 B cycles", "lower", lambda t=t: lat(t))
-            for t in ("ib_write_lat", "ib_send_lat")]
-         + [("kernel KiB, 8 QPs open", "lower", mem)])
-if os.environ.get("RSIW_BENCH_ONLY"):
-    CASES = [c for c in CASES if re.search(os.environ["RSIW_BENCH_ONLY"], c[0])]
+def tcp_ceiling():
+    """Single-stream iperf3 throughput on ADDR (MB/s, 2^20 octets per MB)."""
+    out, _ = client_server(["iperf3", "-s", "-1", "-B", ADDR, "-p", "{port}"],
+                           ["iperf3", "-c", ADDR, "-p", "{port}", "-t", "2", "-J"],
+                           ready=lambda p: sh(f"ss -Hltn 'sport = :{p}'", check=False) != "")
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / (1 << 20)
+
+
+def size_name(s):
+    return f"{s} B" if s < 1024 else f"{s // 1024} KiB" if s < 1 << 20 else f"{s >> 20} MiB"
+
+
+BW_TOOLS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
+LAT_TOOLS = ("ib_send_lat", "ib_read_lat", "ib_write_lat")
+
+
+def cases():
+    """(name, unit, better, crc, plot key or None, fn) of every measure."""
+    out = []
+    for crc in (False, True):
+        tag = " CRC" if crc else ""
+        for t in BW_TOOLS:
+            for s in ((4096, 65536, 1 << 20) if not crc else (65536, 1 << 20)):
+                out.append((f"{t} {size_name(s)}{tag}", "MB/s", "higher", crc, (t, s),
+                            lambda t=t, s=s: bw(t, s)))
+        for t in LAT_TOOLS if not crc else LAT_TOOLS[:2]:
+            for s in ((8, 4096) if not crc else (8,)):
+                out.append((f"{t} {size_name(s)}{tag}", "cycles", "lower", crc, (t, s),
+                            lambda t=t, s=s: lat(t, s)))
+    out += [("rdma_cm connections", "1/s", "higher", False, None, conn_rate),
+            ("CPU per GiB, ib_write_bw 1 MiB", "ms", "lower", False, None, cpu_per_gib),
+            ("kernel memory per QP", "KiB", "lower", False, None, mem_per_qp),
+            ("TCP ceiling (iperf3, 1 stream)", "MB/s", "higher", False, None, tcp_ceiling)]
+    only = os.environ.get("RSIW_BENCH_ONLY")
+    return [c for c in out if not only or re.search(only, c[0])]
+
+
+def spread(v):
+    return (max(v) - min(v)) / statistics.median(v) if v and statistics.median(v) else None
+
+
+def summarise(name, unit, better, crc, runs):
+    """A cell: medians, spreads, the ratio and the null ratios of `runs`
+    ({provider: {slot: [values]}})."""
+    cell = {"unit": unit, "better": better, "crc": crc, "runs": runs}
+    for m in ("rsiw", "siw"):
+        allv = runs[m]["a"] + runs[m]["b"]
+        cell[m] = statistics.median(allv) if allv else None
+        cell[m + " spread"] = spread(allv)
+        a, b = runs[m]["a"], runs[m]["b"]
+        cell["null " + m] = (statistics.median(a) / statistics.median(b)
+                             if a and b and statistics.median(b) else None)
+    cell["ratio"] = cell["rsiw"] / cell["siw"] if cell["rsiw"] and cell["siw"] else None
+    nulls = [cell["null rsiw"], cell["null siw"]]
+    cell["counts"] = (cell["ratio"] is not None
+                      and all(n is not None and abs(n - 1) <= NULL_BAND for n in nulls))
+    return cell
+
+
+def fmt(v, digits=2):
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def pct(v):
+    return "-" if v is None else f"{v * 100:.1f} %"
+
+
+def markdown(cells, cond):
+    lines = [f"rsiw vs siw, {cond['date']}: {cond['kernel']}, {cond['vcpus']} vCPU, "
+             f"{cond['clock']}, MTU {cond['mtu']}, {cond['rounds']} rounds "
+             f"(each provider {2 * cond['rounds']} runs a cell), rsiw {cond['rsiw']}.",
+             "",
+             "| measure | unit | rsiw (spread) | siw (spread) | rsiw/siw | better "
+             "| null siw | null rsiw | counts |",
+             "|---|---|---:|---:|---:|---|---:|---:|---|"]
+    for name, c in cells.items():
+        lines.append(
+            f"| {name} | {c['unit']} | {fmt(c['rsiw'])} ({pct(c['rsiw spread'])}) "
+            f"| {fmt(c['siw'])} ({pct(c['siw spread'])}) | {fmt(c['ratio'])} | {c['better']} "
+            f"| {fmt(c['null siw'], 3)} | {fmt(c['null rsiw'], 3)} "
+            f"| {'yes' if c['counts'] else '**no**'} |")
+    lines += ["", "A ratio counts where both null ratios (a provider's slot-a runs over its "
+              "slot-b runs) lie within 1 +- %.2f." % NULL_BAND,
+              "The TCP ceiling does not depend on the provider: its two columns are the "
+              "runs made with each loaded."]
+    return "\n".join(lines) + "\n"
+
+
+def plots(outdir):
+    """Draws throughput.png and latency.png in `outdir` from its bench.json."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(os.path.join(outdir, "bench.json")) as f:
+        data = json.load(f)
+    cond, cells = data["conditions"], data["cells"]
+    title = (f"{cond['kernel']}, {cond['vcpus']} vCPU, {cond['clock']}, "
+             f"MTU {cond['mtu']}, {cond['date']}")
+    colours = {"rsiw": "tab:orange", "siw": "tab:blue"}
+    ceiling = cells.get("TCP ceiling (iperf3, 1 stream)", {})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    for ax, tool in zip(axes, BW_TOOLS):
+        for crc, style in ((False, "-"), (True, "--")):
+            for m in ("rsiw", "siw"):
+                pts = sorted((c["plot"][1], c[m], c["counts"]) for c in cells.values()
+                             if c.get("plot") and c["plot"][0] == tool and c["crc"] == crc
+                             and c[m] is not None)
+                if not pts:
+                    continue
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colours[m],
+                        label=f"{m}{' CRC' if crc else ''}")
+                for x, y, counts in pts:
+                    ax.plot([x], [y], "o", color=colours[m],
+                            markerfacecolor=colours[m] if counts else "none")
+        if ceiling.get("siw") or ceiling.get("rsiw"):
+            ax.axhline(ceiling.get("siw") or ceiling.get("rsiw"), color="grey",
+                       linestyle=":", label="TCP (iperf3)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(tool)
+        ax.set_xlabel("message size (octets)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("MB/s (2^20 octets)")
+    axes[-1].legend(fontsize=8)
+    fig.suptitle("throughput vs message size (hollow: null experiment failed): " + title,
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "throughput.png"), dpi=90)
+    plt.close(fig)
+
+    names = [n for n, c in cells.items() if c["unit"] == "cycles"]
+    if names:
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        xs = range(len(names))
+        for off, m in ((-0.2, "rsiw"), (0.2, "siw")):
+            ax.bar([x + off for x in xs], [(cells[n][m] or 0) / 1000 for n in names], 0.4,
+                   color=colours[m], label=m,
+                   hatch=["" if cells[n]["counts"] else "//" for n in names])
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+        ax.set_ylabel("typical latency (kcycles)")
+        ax.set_yscale("log")
+        ax.legend()
+        ax.set_title("latency (hatched: null experiment failed): " + title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "latency.png"), dpi=90)
+        plt.close(fig)
 
 
 def main():
     if not RSIW_KO:
         sys.exit("bench: RSIW_KO is not set (run through tests/bench.sh)")
+    rounds = int(os.environ.get("RSIW_BENCH_ROUNDS", "2"))
+    outdir = os.environ.get("RSIW_BENCH_OUT", "build/bench")
+    os.makedirs(outdir, exist_ok=True)
     sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
-    sh(f"ip link add {NET} type dummy && ip addr add {ADDR}/24 dev {NET} && "
-       f"ip link set {NET} up")
-    results = {name: {"rsiw": [], "siw": [], "better": better} for name, better, _ in CASES}
-    results["module core size (octets)"] = {"rsiw": [], "siw": [], "better": "lower"}
-    for r in range(REPEAT):
-        for mod in ("rsiw", "siw"):
-            load(mod)
-            if r == 0:
-                results["module core size (octets)"][mod].append(coresize(mod))
-            for name, _, fn in CASES:
-                try:
-                    v = fn()
-                except RunFailed as e:
-                    results[name][mod + " failed"] = results[name].get(mod + " failed", 0) + 1
-                    print(f"[bench] pass {r + 1}/{REPEAT} {mod:4} {name}: FAILED ({e})",
-                          flush=True)
-                    continue
-                results[name][mod].append(v)
-                print(f"[bench] pass {r + 1}/{REPEAT} {mod:4} {name}: {v:.1f}", flush=True)
-            unload(mod)
+    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu 1500 && "
+       f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
+    todo = cases()
+    runs = {c[0]: {m: {"a": [], "b": []} for m in ("rsiw", "siw")} for c in todo}
+    failed = {c[0]: {"rsiw": 0, "siw": 0} for c in todo}
+    for crc in (False, True):
+        these = [c for c in todo if c[3] == crc]
+        if not these:
+            continue
+        for r in range(rounds):
+            for slot in ("a", "b"):
+                for mod in ("siw", "rsiw"):
+                    load(mod, crc)
+                    try:
+                        for name, unit, _, _, _, fn in these:
+                            try:
+                                v = fn()
+                            except RunFailed as e:
+                                failed[name][mod] += 1
+                                print(f"[bench] round {r + 1}/{rounds} {mod}/{slot} {name}: "
+                                      f"FAILED ({e})", flush=True)
+                                continue
+                            runs[name][mod][slot].append(v)
+                            print(f"[bench] round {r + 1}/{rounds} {mod}/{slot} {name}: "
+                                  f"{v:.1f} {unit}", flush=True)
+                    finally:
+                        unload(mod)
+    mtu = open(f"/sys/class/net/{NET}/mtu").read().strip()
     sh(f"ip link del {NET}", check=False)
 
-    print("\n== rsiw vs siw (median of %d runs each; Debian's kernel under QEMU)" % REPEAT)
-    print("(runs that failed or timed out are left out of the median and counted)")
-    print(f"{'measure':34} {'rsiw':>12} {'siw':>12} {'rsiw/siw':>9}  better  failed")
-    out = {}
-    nan = float("nan")
-    for name, r in results.items():
-        a = statistics.median(r["rsiw"]) if r["rsiw"] else nan
-        b = statistics.median(r["siw"]) if r["siw"] else nan
-        ratio = a / b if b else nan
-        fails = {m: r.get(m + " failed", 0) for m in ("rsiw", "siw")}
-        out[name] = {"rsiw": a, "siw": b, "ratio": ratio, "better": r["better"],
-                     "runs": {"rsiw": r["rsiw"], "siw": r["siw"]}, "failed": fails}
-        failed = ", ".join(f"{m} {n}" for m, n in fails.items() if n) or "-"
-        print(f"{name:34} {a:12.1f} {b:12.1f} {ratio:9.2f}  {r['better']:6}  {failed}")
-    if os.environ.get("RSIW_BENCH_OUT"):
-        with open(os.environ["RSIW_BENCH_OUT"], "w") as f:
-            json.dump({"kernel": os.uname().release, "repeat": REPEAT, "results": out}, f,
-                      indent=1)
+    cond = {"date": datetime.date.today().isoformat(), "kernel": os.uname().release,
+            "vcpus": os.cpu_count(), "mtu": int(mtu), "rounds": rounds,
+            "clock": os.environ.get("RSIW_BENCH_CLOCK", "wall clock"),
+            "rsiw": os.environ.get("RSIW_BENCH_REV", "?")}
+    cells = {}
+    for name, unit, better, crc, plot, _ in todo:
+        cells[name] = summarise(name, unit, better, crc, runs[name])
+        cells[name]["plot"] = plot
+        cells[name]["failed"] = failed[name]
+    table = markdown(cells, cond)
+    print("\n" + table)
+    with open(os.path.join(outdir, "bench.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(outdir, "bench.json"), "w") as f:
+        json.dump({"conditions": cond, "cells": cells}, f, indent=1)
+    print(f"bench: {outdir}/bench.md, bench.json")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["plot"]:
+        plots(sys.argv[2])
+    else:
+        main()
