@@ -18,6 +18,7 @@ use crate::abi::{notify, CreateCqResp, RingCqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::Device;
 use crate::limits::Object;
+use crate::logtag::Tag;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{Completion, CqAttr, CqNotify, CqOps, IbDevice, WcSlot};
 use crate::sys::mem::ring::{cqe_inval_stag, cqe_qp, Ring, Tail};
@@ -96,7 +97,10 @@ impl Notify {
     /// calls its completion handler, as due.
     pub(crate) fn deliver(self, cq: &IbCq<Cq>) {
         if self.overflow {
-            pr_warn_ratelimited!("CQ overflow: the consumer did not reap completions in time\n");
+            pr_warn_ratelimited!(
+                "{}: CQ overflow: the consumer did not reap completions in time\n",
+                Tag::with_name(|b| cq.device_name_into(b), None)
+            );
             cq.dispatch_error();
         }
         if self.comp {
@@ -136,17 +140,22 @@ impl CqOps<Device> for Cq {
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<(u32, impl PinInit<Self, Error>)> {
         if attr.flags != 0 {
-            pr_err_ratelimited!("create_cq: flags {:#x} are not supported\n", attr.flags);
+            pr_err_ratelimited!(
+                "{}: create_cq: flags {:#x} are not supported\n",
+                Tag::new(dev, None, None),
+                attr.flags
+            );
             return Err(EOPNOTSUPP);
         }
         if attr.cqe == 0 || attr.cqe > MAX_CQE {
             pr_err_ratelimited!(
-                "create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n",
+                "{}: create_cq: {} CQEs requested, the limit is 1..={MAX_CQE}\n",
+                Tag::new(dev, None, None),
                 attr.cqe
             );
             return Err(EINVAL);
         }
-        let slot = dev.counts.take(Object::Cq)?;
+        let slot = dev.counts.take(Object::Cq, dev)?;
         let n = attr.cqe.next_power_of_two();
         let user = udata.is_some();
         let ring = match udata {

@@ -203,7 +203,7 @@ impl DeviceOps for Device {
     }
 
     fn alloc_ucontext(dev: &IbDevice<Self>, resp: &mut UserResponse<'_>) -> Result {
-        let slot = dev.counts.take(Object::Ucontext)?;
+        let slot = dev.counts.take(Object::Ucontext, dev)?;
         resp.write(&AllocCtxResp { dev_id: 0, pad: 0 })?;
         slot.keep();
         Ok(())
@@ -214,7 +214,7 @@ impl DeviceOps for Device {
     }
 
     fn alloc_pd(dev: &IbDevice<Self>) -> Result {
-        dev.counts.take(Object::Pd)?.keep();
+        dev.counts.take(Object::Pd, dev)?.keep();
         Ok(())
     }
 

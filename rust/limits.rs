@@ -6,7 +6,10 @@
 //! `max_pd`, `max_cq`, `max_qp`, `max_srq`, `max_mr`, read when an object is created).
 
 use crate::abi::Sge;
+use crate::device::Device;
+use crate::logtag::Tag;
 use crate::sys::bindings as b;
+use crate::sys::ibdev::IbDevice;
 use crate::sys::pr_err_ratelimited;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -88,14 +91,19 @@ impl Counts {
         Self([const { AtomicU32::new(0) }; OBJECTS])
     }
 
-    /// Takes one unit of `obj` for an object being created; the returned [`Slot`] gives it
-    /// back on drop unless [`Slot::keep`] says the object exists.
+    /// Takes one unit of `obj` for an object being created on `dev` (the device these
+    /// counts belong to); the returned [`Slot`] gives it back on drop unless [`Slot::keep`]
+    /// says the object exists.
     ///
     /// # Errors
     ///
     /// `ENOMEM` if the device holds the limit's number of such objects already, with a
-    /// rate-limited message naming the module parameter.
-    pub(crate) fn take(&self, obj: Object) -> Result<Slot<'_>, kernel::error::Error> {
+    /// rate-limited message naming the device and the module parameter.
+    pub(crate) fn take(
+        &self,
+        obj: Object,
+        dev: &IbDevice<Device>,
+    ) -> Result<Slot<'_>, kernel::error::Error> {
         let limit = obj.limit();
         let counter = &self.0[obj as usize];
         let taken = counter
@@ -105,7 +113,10 @@ impl Counts {
             .is_ok();
         if !taken {
             let (name, param) = obj.names();
-            pr_err_ratelimited!("{name} limit reached ({limit}); see module parameter {param}\n");
+            pr_err_ratelimited!(
+                "{}: {name} limit reached ({limit}); see module parameter {param}\n",
+                Tag::new(dev, None, None)
+            );
             return Err(kernel::error::code::ENOMEM);
         }
         Ok(Slot(Some(counter)))

@@ -11,6 +11,7 @@
 use crate::abi::{access, RegMrReq, RegMrResp};
 use crate::device::Device;
 use crate::limits::{Object, MAX_FRMR_PAGES};
+use crate::logtag::Tag;
 use crate::stag::{Kind, MrRef};
 use crate::sys::ibdev::{IbDevice, MrOps};
 use crate::sys::mem::kmem::KernelConsumer;
@@ -25,9 +26,15 @@ pub(crate) struct Mr {
     mem: MrRef,
 }
 
+/// Logs `what` (rate-limited) for the device whose name `dev_name` writes (as
+/// [`IbDevice::name_into`]) and returns `e`.
 #[track_caller]
-fn fail(what: core::fmt::Arguments<'_>, e: Error) -> Error {
-    pr_err_ratelimited!("{what}\n");
+fn fail(
+    dev_name: impl FnOnce(&mut [u8]) -> usize,
+    what: core::fmt::Arguments<'_>,
+    e: Error,
+) -> Error {
+    pr_err_ratelimited!("{}: {what}\n", Tag::with_name(dev_name, None));
     e
 }
 
@@ -48,7 +55,7 @@ impl Mr {
         range: (u64, u64),
         kind: Kind,
     ) -> Result<(u32, Mr)> {
-        let slot = dev.counts.take(Object::Mr)?;
+        let slot = dev.counts.take(Object::Mr, dev)?;
         let (stag, mem) = dev.stags.register(pd, key, access, range, kind)?;
         slot.keep();
         Ok((stag, Mr { mem }))
@@ -100,16 +107,22 @@ impl MrOps<Device> for Mr {
         udata: &mut UserResponse<'_>,
     ) -> Result<(u32, Mr)> {
         if len == 0 {
-            return Err(fail(format_args!("reg_mr: zero length"), EINVAL));
+            return Err(fail(
+                |b| dev.name_into(b),
+                format_args!("reg_mr: zero length"),
+                EINVAL,
+            ));
         }
         if access & access::ON_DEMAND as i32 != 0 {
             return Err(fail(
+                |b| dev.name_into(b),
                 format_args!("reg_mr: on-demand paging is not supported"),
                 EOPNOTSUPP,
             ));
         }
         if iova.checked_add(len).is_none() {
             return Err(fail(
+                |b| dev.name_into(b),
                 format_args!("reg_mr: iova {iova:#x} + length {len} overflows"),
                 EINVAL,
             ));
@@ -117,6 +130,7 @@ impl MrOps<Device> for Mr {
         let req: RegMrReq = udata.read()?;
         let umem = UMem::get(dev, start, len, access).map_err(|e| {
             fail(
+                |b| dev.name_into(b),
                 format_args!(
                     "reg_mr: pinning {len} octets at {start:#x} failed ({})",
                     e.to_errno()
@@ -151,6 +165,7 @@ impl MrOps<Device> for Mr {
     ) -> Result<(u32, Mr)> {
         if max_num_sg == 0 || max_num_sg > MAX_FRMR_PAGES {
             return Err(fail(
+                |b| dev.name_into(b),
                 format_args!("alloc_mr: max_num_sg {max_num_sg} outside 1..={MAX_FRMR_PAGES}"),
                 EINVAL,
             ));
@@ -166,6 +181,7 @@ impl MrOps<Device> for Mr {
     fn map_begin(mr: &IbMr<Mr>) -> Result {
         if !mr.mem.is_fast() {
             return Err(fail(
+                |b| mr.device_name_into(b),
                 format_args!("map_mr_sg: not a fast-registration MR"),
                 EINVAL,
             ));

@@ -273,7 +273,7 @@ impl QpOps<Device> for Qp {
         } = init;
         let user = udata.is_some();
         check_caps(Who::Creating(dev, qpn), &cap, srq.is_some(), user)?;
-        let slot = dev.counts.take(Object::Qp)?;
+        let slot = dev.counts.take(Object::Qp, dev)?;
         let num_sqe = cap.max_send_wr.next_power_of_two();
         let num_rqe = if srq.is_some() || cap.max_recv_wr == 0 {
             0

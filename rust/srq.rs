@@ -93,7 +93,7 @@ impl SrqOps<Device> for Srq {
                 format_args!("srq_limit {} above max_wr {}", a.limit, a.max_wr),
             ));
         }
-        let slot = dev.counts.take(Object::Srq)?;
+        let slot = dev.counts.take(Object::Srq, dev)?;
         let n = a.max_wr.next_power_of_two();
         let user = udata.is_some();
         let ring = match udata {

@@ -462,7 +462,7 @@ impl<T: Objects> Drop for QpRef<T> {
 /// # Safety
 ///
 /// `raw` points to a live, registered `ib_device`.
-pub(super) unsafe fn raw_name_into(raw: *mut bindings::ib_device, buf: &mut [u8]) -> usize {
+pub(in crate::sys) unsafe fn raw_name_into(raw: *mut bindings::ib_device, buf: &mut [u8]) -> usize {
     let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
     if len == 0 {
         return 0;

@@ -88,6 +88,22 @@ pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
 /// A memory region: `struct ib_mr` followed by the driver's MR data.
 pub(crate) type IbMr<T> = Obj<bindings::ib_mr, T>;
 
+/// `device_name_into` for the core objects that carry their `ib_device` in `device`.
+macro_rules! device_name_into {
+    ($($core:ty),*) => {$(
+        impl<T> Obj<$core, T> {
+            /// Copies the name of the object's device ("rsiw0") into `buf`, cut to fit;
+            /// returns its length in octets.
+            pub(crate) fn device_name_into(&self, buf: &mut [u8]) -> usize {
+                // SAFETY: the object is live (type invariant), and so is the device it
+                // belongs to: the core destroys a device's objects before the device.
+                unsafe { super::ibdev::raw_name_into((*self.as_raw()).device, buf) }
+            }
+        }
+    )*};
+}
+device_name_into!(bindings::ib_cq, bindings::ib_srq, bindings::ib_mr);
+
 /// The affiliated asynchronous events of a QP rsiw reports (`enum ib_event_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum QpEvent {
@@ -168,14 +184,6 @@ impl<T> IbCq<T> {
 }
 
 impl<T> IbSrq<T> {
-    /// Copies the name of the SRQ's device into `buf`, cut to fit; returns its length in
-    /// octets.
-    pub(crate) fn device_name_into(&self, buf: &mut [u8]) -> usize {
-        // SAFETY: the SRQ is live, and so is the device it belongs to (the core destroys
-        // a device's objects before the device).
-        unsafe { super::ibdev::raw_name_into((*self.as_raw()).device, buf) }
-    }
-
     /// Reports that fewer WRs than the limit remain posted (`IB_EVENT_SRQ_LIMIT_REACHED`).
     pub(crate) fn dispatch_limit_reached(&self) {
         let ev = bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED;

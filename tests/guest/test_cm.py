@@ -254,6 +254,7 @@ def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):
     """A TCP client that connects to an rsiw listener and never sends its MPA Request is
     closed after mpa_timeout_ms; the listener is unaffected and accepts a real client."""
     srv = server(7474, "accept")
+    mark = dmesg_mark()
     s = socket.create_connection((ADDR, 7474), timeout=60)
     t0 = time.monotonic()
     try:
@@ -269,6 +270,8 @@ def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):
     assert res == "connected" and "accepted" in out, (res, out)
     c = port_counters(DEV)
     assert (c["mpa_timeouts"], c["incoming_connections"], c["connect_attempts"]) == (1, 2, 1), c
+    assert any(f"{DEV} " in l and "no MPA Request within mpa_timeout_ms" in l
+               for l in dmesg_since(mark)), dmesg_since(mark)
 
 
 def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
@@ -278,6 +281,7 @@ def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((ADDR, 7475))
     ls.listen(1)
+    mark = dmesg_mark()
     t0 = time.monotonic()
     res = connect(7475)
     elapsed = time.monotonic() - t0
@@ -292,6 +296,8 @@ def test_silent_responder_times_out_at_the_initiator(cm_dev_timeout):
     assert MPA_TIMEOUT_MS / 1000 * 0.9 <= elapsed < 60, f"failed after {elapsed:.1f} s"
     c = port_counters(DEV)
     assert (c["mpa_timeouts"], c["connect_attempts"], c["incoming_connections"]) == (1, 1, 0), c
+    assert any(f"{DEV} " in l and "no MPA Reply within mpa_timeout_ms" in l
+               for l in dmesg_since(mark)), dmesg_since(mark)
 
 
 def test_p2p_responder_without_rtr_terminates(cm_dev_timeout):

@@ -172,6 +172,13 @@ def test_coexists_with_c_siw(dummy):
         devs = sh("ibv_devices").stdout
         assert "siw0" in devs and "rsiw0" in devs
         assert "iWARP" in devinfo("siw0") and "iWARP" in devinfo("rsiw0")
+        # A netdev that has a siw device gets no rsiw device (EEXIST).
+        mark = dmesg_mark()
+        r = sh("rdma link add rsiw1 type rsiw netdev rsdum1", check=False)
+        assert r.returncode != 0 and "rsiw1" not in rdma_links(), r.stdout
+        assert "File exists" in r.stderr, r.stderr
+        log = "\n".join(dmesg_since(mark))
+        assert "rsiw1: netdev rsdum1 already has a soft-iWARP device (rsiw or siw)" in log, log
         # Unloading rsiw removes only rsiw's devices, not the C siw's.
         unload_rsiw()
         links = rdma_links()
@@ -226,6 +233,17 @@ def test_layer3_netdevs_are_served(rsiw):
     assert "rsiw2" not in rdma_links() and "rsiw3" not in rdma_links()
 
 
+def test_loopback_netdev_is_served(rsiw):
+    """lo (ARPHRD_LOOPBACK) gets an iWARP device, as with the C siw."""
+    try:
+        sh("rdma link add rsiw4 type rsiw netdev lo")
+        assert rdma_links().get("rsiw4") == "lo"
+        assert "iWARP" in devinfo("rsiw4")
+    finally:
+        sh("rdma link del rsiw4", check=False)
+    assert "rsiw4" not in rdma_links()
+
+
 def test_unsupported_link_type_is_refused(rsiw):
     """A link type rsiw cannot serve (a GRE tunnel, ARPHRD_IPGRE) is refused with a
     message naming the cause."""
@@ -263,6 +281,13 @@ def test_link_add_autoloads_module(dummy):
         sh(f"umount {work}", check=False)
 
 
+def test_parameters_are_not_in_sysfs(rsiw):
+    """The parameters are load-time only: Rust module parameters have no sysfs files
+    (Documentation/rsiw.rst, *Module parameters*)."""
+    assert os.path.isdir("/sys/module/rsiw")
+    assert not os.path.exists("/sys/module/rsiw/parameters")
+
+
 def test_max_ucontext_is_enforced(dummy):
     unload_rsiw()
     load_rsiw("max_ucontext=0")
@@ -270,35 +295,77 @@ def test_max_ucontext_is_enforced(dummy):
         sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
         r = sh("ibv_devinfo -d rsiw0", check=False)
         assert r.returncode != 0, r.stdout
-        assert "user context limit reached (0)" in sh("dmesg | tail -n 20").stdout
+        out = sh("python3 -c \"from pyverbs.device import Context\n"
+                 "from pyverbs.pyverbs_error import PyverbsRDMAError\n"
+                 "try:\n    Context(name='rsiw0')\nexcept PyverbsRDMAError as e:\n"
+                 "    print('refused', e.error_code)\"").stdout
+        assert "refused 12" in out, out
+        assert ("rsiw0: user context limit reached (0); see module parameter max_ucontext"
+                in sh("dmesg | tail -n 20").stdout)
     finally:
         unload_rsiw()
 
 
-def test_max_pd_is_enforced(dummy):
+_LIMIT_SCRIPT = """
+import sys
+from pyverbs import enums as e
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.qp import QP, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+
+obj = sys.argv[1]
+ctx = Context(name="rsiw0")
+pd = PD(ctx) if obj != "pd" else None
+cq = CQ(ctx, 4) if obj == "qp" else None
+
+
+def make():
+    if obj == "pd":
+        return PD(ctx)
+    if obj == "cq":
+        return CQ(ctx, 4)
+    if obj == "mr":
+        return MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    if obj == "srq":
+        return SRQ(pd, SrqInitAttr(attr=SrqAttr(max_wr=4, max_sge=1)))
+    return QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
+                             cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+
+
+held = [make(), make()]
+try:
+    make()
+    print("third allocated")
+except PyverbsRDMAError as err:
+    print("refused", err.error_code)
+for o in held:
+    o.close()
+held = [make(), make()]
+print("reallocated", len(held))
+"""
+
+
+@pytest.mark.parametrize("obj, name", [("pd", "protection domain"), ("cq", "CQ"),
+                                       ("qp", "QP"), ("srq", "SRQ"), ("mr", "MR")])
+def test_object_limits_are_enforced(dummy, tmp_path, obj, name):
+    """max_pd, max_cq, max_qp, max_srq and max_mr: one object beyond the limit fails with
+    ENOMEM and a message naming the device and the parameter; destroying frees the
+    units."""
     unload_rsiw()
-    load_rsiw("max_pd=2")
+    load_rsiw(f"max_{obj}=2")
+    script = tmp_path / "limit.py"
+    script.write_text(_LIMIT_SCRIPT)
     try:
         sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
-        script = (
-            "import errno\n"
-            "from pyverbs.device import Context\n"
-            "from pyverbs.pd import PD\n"
-            "from pyverbs.pyverbs_error import PyverbsRDMAError\n"
-            "ctx = Context(name='rsiw0')\n"
-            "pds = [PD(ctx), PD(ctx)]\n"
-            "try:\n"
-            "    PD(ctx)\n"
-            "    print('third PD allocated')\n"
-            "except PyverbsRDMAError as e:\n"
-            "    print('refused', e.error_code)\n"
-            "for p in pds:\n"
-            "    p.close()\n"
-            "pds = [PD(ctx), PD(ctx)]\n"
-            "print('reallocated', len(pds))\n"
-        )
-        out = sh(f"python3 -c \"{script}\"").stdout
+        mark = dmesg_mark()
+        out = sh(f"python3 {script} {obj}").stdout
         assert "refused 12" in out, out
         assert "reallocated 2" in out, out
+        log = "\n".join(dmesg_since(mark))
+        assert f"rsiw0: {name} limit reached (2); see module parameter max_{obj}" in log, log
     finally:
         unload_rsiw()

@@ -531,6 +531,7 @@ def test_send_without_a_posted_receive(target, peer, role):
     Responder and as Initiator: one TERMINATE, DDP untagged buffer, invalid MSN - no
     buffer (1/2/0x02), then the connection closes and the QP reports QP_FATAL."""
     report = target(1, "norecv", role=role)
+    mark = dmesg_mark()
     s, keys = open_conn(role, report, peer)
     s.sendall(send(b"\xEE" * 16))
     try:
@@ -540,6 +541,10 @@ def test_send_without_a_posted_receive(target, peer, role):
     errs = verdict("send_without_receive", data, report(), (1, 2, 0x02), HDR_M | HDR_D,
                    recv=False)
     assert not errs, "\n".join(errs)
+    # The troubleshooting section's message for this case.
+    log = dmesg_since(mark)
+    assert any("sending TERMINATE" in l and "invalid MSN, no buffer available" in l
+               for l in log), "\n".join(log)
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -698,9 +703,10 @@ READ_REQUEST_FPDU = 2 + 46 + 4
 
 
 def take_read_request(s):
-    """Opens the Responder's send gate with a zero-length Write (RFC 5044 §7: the
-    Responder sends once the Initiator's first FPDU arrived), then reads the target's Read
-    Request; returns its (sink STag, sink TO, size) after checking its source."""
+    """Sends a zero-length Write first (the first FPDU of an RFC 5044 §7 Initiator; rsiw
+    as Responder does not wait for it outside the peer-to-peer model), then reads the
+    target's Read Request; returns its (sink STag, sink TO, size) after checking its
+    source."""
     s.sendall(write(0, 0, b""))
     req = recv_exact(s, READ_REQUEST_FPDU)
     assert req[2:4] == b"\x41\x41", f"not a Read Request: {req.hex()}"

@@ -140,7 +140,11 @@ def test_cq_size_limits(ctx):
     with pytest.raises(PyverbsRDMAError) as ei:
         CQ(ctx, MAX_CQE + 1)
     assert errno_of(ei) == errno.EINVAL
-    assert "CQEs requested" in dmesg_tail()
+    assert f"{DEV}: create_cq: {MAX_CQE + 1} CQEs requested" in dmesg_tail()
+    # libsiw refuses a depth of 0 itself (EINVAL), before the kernel is asked.
+    with pytest.raises(PyverbsRDMAError) as ei:
+        CQ(ctx, 0)
+    assert errno_of(ei) == errno.EINVAL
     cq = CQ(ctx, MAX_CQE)
     assert cq.cqe == MAX_CQE
     cq.close()
@@ -231,6 +235,12 @@ def test_modify_to_rts_without_connection_fails(ctx):
         modify(qp, e.IBV_QPS_RTR)  # RESET -> RTR skips INIT
     assert errno_of(ei) == errno.EINVAL
     modify(qp, e.IBV_QPS_INIT)
+    # SQD and SQE are not states a consumer can request on iWARP.
+    with pytest.raises(PyverbsRDMAError) as ei:
+        modify(qp, e.IBV_QPS_SQE)
+    assert errno_of(ei) == errno.EINVAL
+    assert f"{DEV} qp {qp.qp_num}: state " in dmesg_tail()
+    assert "cannot be requested on iWARP" in dmesg_tail()
     modify(qp, e.IBV_QPS_RTR)
     with pytest.raises(PyverbsRDMAError) as ei:
         modify(qp, e.IBV_QPS_RTS)

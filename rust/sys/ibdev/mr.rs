@@ -4,6 +4,7 @@
 //! MR containers itself (`new_mr`, a `KBox`) and frees them in `dereg_mr_c`.
 
 use super::{errno, DeviceOps, IbDevice, MrOps};
+use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::mem::kmem::KernelConsumer;
 use crate::sys::obj::{IbMr, Obj, PdId};
@@ -96,7 +97,10 @@ impl<T: DeviceOps> IbDevice<T> {
             return EINVAL.to_ptr();
         }
         if ty != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
-            pr_err_ratelimited!("alloc_mr: MR type {ty} is not supported\n");
+            pr_err_ratelimited!(
+                "{}: alloc_mr: MR type {ty} is not supported\n",
+                Tag::with_name(|b| dev.name_into(b), None)
+            );
             return EOPNOTSUPP.to_ptr();
         }
         // SAFETY: a kernel PD (checked above); the mark goes to the region created here.

@@ -6,6 +6,7 @@
 //! dropped in `destroy_qp_c` once every `iw_add_ref` reference is gone.
 
 use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState};
+use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::pr_err_ratelimited;
@@ -21,17 +22,17 @@ use kernel::prelude::*;
 ///
 /// `EOPNOTSUPP` for another QP type or create flags, `EINVAL` for an unknown
 /// `sq_sig_type`; each logged (rate-limited).
-fn check_rc(attr: &bindings::ib_qp_init_attr) -> Result<bool> {
+fn check_rc(tag: &Tag, attr: &bindings::ib_qp_init_attr) -> Result<bool> {
     if attr.create_flags != 0 {
         pr_err_ratelimited!(
-            "create_qp: create_flags {:#x} are not supported\n",
+            "{tag}: create_qp: create_flags {:#x} are not supported\n",
             attr.create_flags
         );
         return Err(EOPNOTSUPP);
     }
     if attr.qp_type != bindings::ib_qp_type_IB_QPT_RC {
         pr_err_ratelimited!(
-            "create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+            "{tag}: create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
             attr.qp_type
         );
         return Err(EOPNOTSUPP);
@@ -40,7 +41,7 @@ fn check_rc(attr: &bindings::ib_qp_init_attr) -> Result<bool> {
         bindings::ib_sig_type_IB_SIGNAL_ALL_WR => Ok(true),
         bindings::ib_sig_type_IB_SIGNAL_REQ_WR => Ok(false),
         t => {
-            pr_err_ratelimited!("create_qp: sq_sig_type {t} unknown\n");
+            pr_err_ratelimited!("{tag}: create_qp: sq_sig_type {t} unknown\n");
             Err(EINVAL)
         }
     }
@@ -92,7 +93,8 @@ impl<T: DeviceOps> IbDevice<T> {
             // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
             // device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
-        let sig_all = match check_rc(attr) {
+        let tag = Tag::with_name(|b| dev.name_into(b), None);
+        let sig_all = match check_rc(&tag, attr) {
             Ok(s) => s,
             Err(e) => return e.to_errno(),
         };
@@ -106,7 +108,7 @@ impl<T: DeviceOps> IbDevice<T> {
             )
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
-            pr_err_ratelimited!("create_qp: a QP needs a send CQ and a receive CQ\n");
+            pr_err_ratelimited!("{tag}: create_qp: a QP needs a send CQ and a receive CQ\n");
             return EINVAL.to_errno();
         };
         let qpn = match dev.qps.reserve(QPN_MIN, QPN_MAX) {

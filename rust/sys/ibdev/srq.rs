@@ -4,6 +4,7 @@
 //! is initialised in `create_srq_c` and dropped in `destroy_srq_c`.
 
 use super::{errno, DeviceOps, IbDevice, SrqAttr, SrqModify, SrqOps};
+use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::obj::IbSrq;
 use crate::sys::pr_err_ratelimited;
@@ -26,7 +27,8 @@ impl<T: DeviceOps> IbDevice<T> {
             unsafe { (Self::from_raw((*srq).device), &mut *attr, user(udata)) };
         if init.srq_type != bindings::ib_srq_type_IB_SRQT_BASIC {
             pr_err_ratelimited!(
-                "create_srq: SRQ type {} is not supported (basic SRQs only)\n",
+                "{}: create_srq: SRQ type {} is not supported (basic SRQs only)\n",
+                Tag::with_name(|b| dev.name_into(b), None),
                 init.srq_type
             );
             return EOPNOTSUPP.to_errno();

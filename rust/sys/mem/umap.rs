@@ -11,6 +11,7 @@
 //! their own page references, so freeing the vmalloc area never leaves a dangling user
 //! mapping.
 
+use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::mem::ring::VBuf;
 use crate::sys::pr_err_ratelimited;
@@ -99,7 +100,16 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
     // the length against the entry and returns it with a reference, or null.
     let base = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
     if base.is_null() {
-        pr_err_ratelimited!("mmap: no ring at this offset and length\n");
+        // SAFETY: the core passes a live user context of a live device.
+        let dev = unsafe { (*uctx).device };
+        let name = |b: &mut [u8]| {
+            // SAFETY: `dev` is live (above).
+            unsafe { crate::sys::ibdev::raw_name_into(dev, b) }
+        };
+        pr_err_ratelimited!(
+            "{}: mmap: no ring at this offset and length\n",
+            Tag::with_name(name, None)
+        );
         return EINVAL.to_errno();
     }
     // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by `MmapEntry::insert`)
