@@ -27,12 +27,8 @@ impl Tag {
     /// The tag for device `dev`, QP `qpn` (if there is one yet) and the peer's address
     /// `peer` (if known): "rsiw0 qp 17 10.0.0.2:4791", "rsiw0 10.0.0.2:4791", "rsiw0".
     pub(crate) fn new(dev: &IbDevice<Device>, qpn: Option<u32>, peer: Option<&SockAddr>) -> Self {
-        let mut t = Tag {
-            buf: [0; CAP],
-            len: 0,
-        };
-        t.len = dev.name_into(&mut t.buf[..64]);
-        t.add(qpn, peer);
+        let mut t = Self::with_name(|b| dev.name_into(b), qpn);
+        t.add(None, peer);
         t
     }
 

@@ -21,18 +21,21 @@ use kernel::prelude::*;
 /// # Errors
 ///
 /// `EOPNOTSUPP` for another QP type or create flags, `EINVAL` for an unknown
-/// `sq_sig_type`; each logged (rate-limited).
-fn check_rc(tag: &Tag, attr: &bindings::ib_qp_init_attr) -> Result<bool> {
+/// `sq_sig_type`; each logged (rate-limited) behind the device's tag, which `tag` makes
+/// (only when there is something to log).
+fn check_rc(tag: impl Fn() -> Tag, attr: &bindings::ib_qp_init_attr) -> Result<bool> {
     if attr.create_flags != 0 {
         pr_err_ratelimited!(
-            "{tag}: create_qp: create_flags {:#x} are not supported\n",
+            "{}: create_qp: create_flags {:#x} are not supported\n",
+            tag(),
             attr.create_flags
         );
         return Err(EOPNOTSUPP);
     }
     if attr.qp_type != bindings::ib_qp_type_IB_QPT_RC {
         pr_err_ratelimited!(
-            "{tag}: create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+            "{}: create_qp: QP type {} is not supported; iWARP has RC QPs only\n",
+            tag(),
             attr.qp_type
         );
         return Err(EOPNOTSUPP);
@@ -41,7 +44,7 @@ fn check_rc(tag: &Tag, attr: &bindings::ib_qp_init_attr) -> Result<bool> {
         bindings::ib_sig_type_IB_SIGNAL_ALL_WR => Ok(true),
         bindings::ib_sig_type_IB_SIGNAL_REQ_WR => Ok(false),
         t => {
-            pr_err_ratelimited!("{tag}: create_qp: sq_sig_type {t} unknown\n");
+            pr_err_ratelimited!("{}: create_qp: sq_sig_type {t} unknown\n", tag());
             Err(EINVAL)
         }
     }
@@ -93,8 +96,8 @@ impl<T: DeviceOps> IbDevice<T> {
             // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
             // device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
-        let tag = Tag::with_name(|b| dev.name_into(b), None);
-        let sig_all = match check_rc(&tag, attr) {
+        let tag = || Tag::with_name(|b| dev.name_into(b), None);
+        let sig_all = match check_rc(tag, attr) {
             Ok(s) => s,
             Err(e) => return e.to_errno(),
         };
@@ -108,7 +111,10 @@ impl<T: DeviceOps> IbDevice<T> {
             )
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
-            pr_err_ratelimited!("{tag}: create_qp: a QP needs a send CQ and a receive CQ\n");
+            pr_err_ratelimited!(
+                "{}: create_qp: a QP needs a send CQ and a receive CQ\n",
+                tag()
+            );
             return EINVAL.to_errno();
         };
         let qpn = match dev.qps.reserve(QPN_MIN, QPN_MAX) {
