@@ -489,12 +489,13 @@ class Capture:
     """tcpdump on `iface` (in namespace `ns`) into `path`, packet-buffered. Immediate
     mode: libpcap's memory-mapped ring otherwise hands packets over only when a block
     fills or its timeout expires, and a connection shorter than that (rping on the stock
-    kernel) would be lost when tcpdump is stopped."""
+    kernel) would be lost when tcpdump is stopped. A 64 MiB ring (-B, KiB) so that a slow
+    or loaded guest, where tcpdump runs seldom, drops nothing."""
 
     def __init__(self, procs, path, iface, ns=None, filt="tcp"):
         self.path = path
         self.td = procs(["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "0",
-                         "-w", str(path), filt], str(path) + ".log", ns)
+                         "-B", "65536", "-w", str(path), filt], str(path) + ".log", ns)
         deadline = time.monotonic() + T_TOOL
         while "listening on" not in self.td.output():
             assert self.td.p.poll() is None, "tcpdump failed:\n" + self.td.output()
