@@ -56,6 +56,7 @@ fn startup_config(ird: u32, ord: u32) -> Config {
         mode,
         crc: crate::module_parameters::mpa_crc.value(),
         markers: crate::module_parameters::mpa_markers.value(),
+        large_fpdu: crate::module_parameters::mpa_large_fpdu.value(),
         permissive_rev0: false,
     }
 }

@@ -87,6 +87,10 @@ const TX_BURST: u32 = 64;
 /// the rest to the work item.
 const DOORBELL_BURST: u32 = 16;
 
+/// The smallest effective MSS (octets) MULPDU is derived from: RFC 5044 §4.5's MULPDU floor
+/// of 128 octets plus the FPDU overhead with markers.
+const MIN_EMSS: u32 = 140;
+
 /// "on" or "off", for the kernel log.
 const fn on_off(b: bool) -> &'static str {
     if b {
@@ -259,18 +263,22 @@ impl Conn {
             Some(qp.qp().qpn()),
             sock.peer_addr().ok().as_ref(),
         );
-        let conn = Self::new(&qp, n, sock.mss(), cfg, tag)?;
+        let mss = sock.mss();
+        let conn = Self::new(&qp, n, mss, cfg, tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         Self::take_over(&conn, qp, sock, id, report)?;
         pr_dbg!(
             "{}: established: MPA revision {}, CRC {}, markers {} (sent) {} (received), \
-             peer-to-peer {}, IRD {}, ORD {}",
+             peer-to-peer {}, MSS {}, MULPDU {} (large FPDUs {}), IRD {}, ORD {}",
             conn.tag,
             n.rev,
             on_off(n.crc),
             on_off(n.markers_tx),
             on_off(n.markers_rx),
             on_off(n.p2p),
+            mss,
+            n.tx_mulpdu(mss.max(MIN_EMSS)),
+            on_off(n.large_fpdu_tx),
             conn.ird,
             conn.ord
         );
@@ -294,7 +302,7 @@ impl Conn {
         cfg: SessionConfig,
         tag: Tag,
     ) -> Result<Arc<Self>> {
-        let emss = mss.max(140);
+        let emss = mss.max(MIN_EMSS);
         let pd = qp.qp().pd();
         let (ird, ord) = (cfg.ird, cfg.ord);
         let tx = DdpTx::for_connection(n, emss, false);

@@ -87,6 +87,10 @@ module! {
             default: false,
             description: "Use the 2007 seed draft's Rtr frame: MPA Rev 1 where S means 'Rtr frame follows'; the Initiator sends an MPA ID Rtr Frame after the Reply (overrides mpa_rev and peer_to_peer)",
         },
+        mpa_large_fpdu: bool {
+            default: true,
+            description: "Offer FPDUs larger than one TCP segment (MPA flag 0x08, the C siw's GSO_EXP) and send them, up to 64768 octets of ULPDU, when the peer offers them too",
+        },
         mpa_timeout_ms: u32 {
             default: 10000,
             description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100)",

@@ -50,7 +50,7 @@ use super::mpa_tx::{MpaTx, TxError};
 use super::startup::Negotiated;
 use super::stream::TxSink;
 use crate::wire::ddp::MSN_INITIAL;
-use crate::wire::fpdu::{mulpdu, MULPDU_MAX};
+use crate::wire::fpdu::MULPDU_MAX;
 use crate::wire::mpa::{MpaErrorCode, RtrType};
 use crate::wire::rdmap::{AtomicRequest, AtomicResponse, ImmediateData, Opcode, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
@@ -310,12 +310,13 @@ impl DdpTx {
     }
 
     /// A builder for a connection that completed MPA startup with `n`: markers, CRC and
-    /// FPDUPTR convention from the negotiation, MULPDU from `emss` (the effective MSS,
-    /// octets; RFC 5044 §4.5, with or without marker overhead as negotiated), DDP/RDMAP
+    /// FPDUPTR convention from the negotiation, MULPDU from [`Negotiated::tx_mulpdu`] for
+    /// `emss` (the effective MSS, octets; RFC 5044 §4.5, with or without marker overhead as
+    /// negotiated, or the largest ULPDU when large FPDUs were negotiated), DDP/RDMAP
     /// versions from the MPA revision (RFC 5044 Appendix C), and the RFC 7306 opcodes if
     /// `rfc7306` (ignored on Rev 0 connections).
     pub fn for_connection(n: &Negotiated, emss: u32, rfc7306: bool) -> Self {
-        let mpa = MpaTx::new(n.tx_config(mulpdu(emss, n.markers_tx)));
+        let mpa = MpaTx::new(n.tx_config(n.tx_mulpdu(emss)));
         Self::new(mpa, Config::for_mpa_rev(n.rev, rfc7306))
     }
 

@@ -23,6 +23,12 @@
 //!   [`Startup::negotiated`], send TERMINATE Layer 2 / EType 0 / code as the first FPDU
 //!   (instead of the RTR), then close (RFC 6581 §9.1, §9.2).
 //!
+//! Large FPDUs: with [`Config::large_fpdu`] the Request and an accepting Reply set L
+//! ([`crate::wire::mpa::FLAG_L`]), the Request also the echo probe P
+//! ([`crate::wire::mpa::FLAG_P`]). This side sends FPDUs beyond one TCP segment only when
+//! the peer's frame set L too and is no echo of the Request (a Reply without P)
+//! ([`Negotiated::large_fpdu_tx`]), never to a Rev 0 peer.
+//!
 //! Memory: a [`Startup`] holds fixed buffers of about 2.6 KiB; keep it in the connection
 //! object, not on a kernel stack.
 
@@ -138,6 +144,8 @@ impl Startup {
             rev,
             enhanced,
             rtr_flag,
+            large_fpdu: cfg.large_fpdu,
+            echo_probe: cfg.large_fpdu,
             private_data,
         };
         s.queue(&repr)?;
@@ -352,7 +360,10 @@ impl Startup {
         }
     }
 
+    /// The peer's frame as the ULP sees it. L in a Reply that returns the echo probe is no
+    /// offer (the Responder copied the Request's flags).
     fn peer_frame(repr: &Repr<'_>) -> PeerFrame {
+        let echo = repr.kind == FrameKind::Reply && repr.echo_probe;
         PeerFrame {
             markers: repr.markers,
             crc: repr.crc,
@@ -360,6 +371,7 @@ impl Startup {
             rev: repr.rev,
             enhanced: repr.enhanced,
             rtr_flag: repr.rtr_flag,
+            large_fpdu: repr.large_fpdu && !echo,
             private_data: PrivateData::from_slice(repr.private_data),
         }
     }
@@ -407,6 +419,7 @@ impl Startup {
             crc: rev0 || self.cfg.crc || peer.crc,
             markers_tx: rev0 || peer.markers,
             markers_rx: rev0 || self.cfg.markers,
+            large_fpdu_tx: !rev0 && self.cfg.large_fpdu && peer.large_fpdu,
             fpduptr: if rev0 {
                 FpduPtrBase::FpduStart
             } else {
@@ -508,6 +521,8 @@ impl Startup {
             rev: peer.rev,
             enhanced: reply_enh,
             rtr_flag: draft_rtr,
+            large_fpdu: self.cfg.large_fpdu && peer.rev != 0,
+            echo_probe: false,
             private_data,
         };
         self.queue(&repr)?;
@@ -549,6 +564,8 @@ impl Startup {
             rev: peer.rev,
             enhanced,
             rtr_flag: false,
+            large_fpdu: false,
+            echo_probe: false,
             private_data,
         };
         self.queue(&repr)?;
@@ -635,6 +652,8 @@ impl Startup {
                 rev: self.sent_rev,
                 enhanced: None,
                 rtr_flag: false,
+                large_fpdu: false,
+                echo_probe: false,
                 private_data: &[],
             };
             // An empty Rtr frame always fits behind the Request.

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! 0..15  Key "MPA ID Req Frame" / "MPA ID Rep Frame" (/ draft: "MPA ID RtR Frame")
-//! 16     |M|C|R|S|Res(4)|
+//! 16     |M|C|R|S|L|P|Res(2)|
 //! 17     Rev
 //! 18..19 PD_Length (network order, <= 512)
 //! 20..   Private Data; with RFC 6581 S=1 it starts with |A|B|IRD(14)|C|D|ORD(14)|
@@ -15,6 +15,14 @@
 //! Private Data starts with the enhanced block; with Rev < 2 it is a reserved bit of RFC 5044
 //! and ignored) or the 2007 seed-003 draft (S=1: an Rtr frame follows, Rev unchanged). The
 //! draft mode must be selected explicitly.
+//!
+//! L is the first of RFC 5044's four reserved bits, which the C siw reserves for the same
+//! purpose (`MPA_RR_FLAG_GSO_EXP`): the sender accepts FPDUs that span several TCP
+//! segments, up to [`crate::wire::fpdu::MULPDU_MAX`] octets of ULPDU. A peer that follows
+//! RFC 5044 sends 0 there and ignores it on receive, so it never sees such FPDUs. P, the
+//! second reserved bit, is an echo probe: an Initiator that sets L sets P too, and a
+//! Responder never sends P. The C siw builds its Reply from the Request's flags, so a Reply
+//! with P set is an echo, and its L is no offer.
 //!
 //! This module also holds the MPA error codes (RFC 5044 §8, RFC 6581 §8), which the engines
 //! report.
@@ -51,6 +59,14 @@ pub const FLAG_C: u8 = 0x40;
 pub const FLAG_R: u8 = 0x20;
 /// S: RFC 6581 enhanced block present (Rev >= 2) or seed-003 "Rtr frame" (draft mode).
 pub const FLAG_S: u8 = 0x10;
+/// L (the first reserved bit of RFC 5044, `MPA_RR_FLAG_GSO_EXP` in the C siw): the sender
+/// accepts FPDUs larger than one TCP segment, up to a ULPDU of
+/// [`crate::wire::fpdu::MULPDU_MAX`] octets.
+pub const FLAG_L: u8 = 0x08;
+/// P (the second reserved bit of RFC 5044): set in a Request beside [`FLAG_L`], never in a
+/// Reply; a Reply that carries it copied the Request's flags (the C siw does), so its L
+/// is no offer.
+pub const FLAG_P: u8 = 0x04;
 
 /// Enhanced block flag A (first 16-bit word): peer-to-peer connection model.
 pub const ENH_A: u16 = 0x8000;
@@ -250,6 +266,16 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// S bit.
     pub fn s(&self) -> bool {
         self.flags() & FLAG_S != 0
+    }
+
+    /// L bit ([`FLAG_L`]).
+    pub fn l(&self) -> bool {
+        self.flags() & FLAG_L != 0
+    }
+
+    /// P bit ([`FLAG_P`]).
+    pub fn p(&self) -> bool {
+        self.flags() & FLAG_P != 0
     }
 
     /// Rev field.
@@ -490,13 +516,18 @@ pub struct Repr<'a> {
     /// Seed-003 S bit ([`Variant::DraftRtr`] only): Rtr frame promised (Request) or awaited
     /// (Reply).
     pub rtr_flag: bool,
+    /// L ([`FLAG_L`]): the sender accepts FPDUs that span TCP segments.
+    pub large_fpdu: bool,
+    /// P ([`FLAG_P`]): the echo probe.
+    pub echo_probe: bool,
     /// The ULP's Private Data: after the enhanced block when there is one.
     pub private_data: &'a [u8],
 }
 
 impl<'a> Repr<'a> {
     /// Parses and validates a frame (RFC 5044 §7.1.1; RFC 6581 §6 for `Variant::Rfc`).
-    /// Reserved bits are ignored. Octets after the Private Data are not looked at.
+    /// Reserved bits other than [`FLAG_L`] and [`FLAG_P`] are ignored. Octets after the Private Data are
+    /// not looked at.
     ///
     /// # Errors
     ///
@@ -522,6 +553,8 @@ impl<'a> Repr<'a> {
             rev,
             enhanced: None,
             rtr_flag: false,
+            large_fpdu: frame.l(),
+            echo_probe: frame.p(),
             private_data: pd,
         };
         match variant {
@@ -579,6 +612,12 @@ impl<'a> Repr<'a> {
         }
         if self.enhanced.is_some() || self.rtr_flag {
             flags |= FLAG_S;
+        }
+        if self.large_fpdu {
+            flags |= FLAG_L;
+        }
+        if self.echo_probe {
+            flags |= FLAG_P;
         }
         frame.set_flags(flags);
         frame.set_rev(self.rev);

@@ -75,6 +75,7 @@ from conftest import SIW_KO, RSIW_KO, load_rdma_core, module_loaded, port_counte
 STANDIN = os.environ.get("RSIW_TRANSPORT_SELFTEST", "") == "siw"
 DUT_MOD = "siw" if STANDIN else "rsiw"
 DUT = "rsiw0"
+DUT2 = "rsiw1"
 PEER = "siw0"
 
 RPING_COUNT = int(os.environ.get("RSIW_RPING_COUNT", "100"))
@@ -940,6 +941,12 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
     for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw"):
         errs += interop_perftest(procs, tmp_path, tool, role, (s_dev, c_dev), s_ip, s_dev,
                                  c_ip, s_ns, c_ns)
+    if not STANDIN:
+        # siw never offers large FPDUs (MPA flag L): rsiw's stay within one segment.
+        mean, n = mean_fpdu(DUT)
+        print(f"{DUT}: {n} FPDUs sent, mean {mean:.0f} octets")
+        if mean > 1500:
+            errs.append(f"{DUT}: mean FPDU {mean:.0f} octets to siw exceeds the 1500-octet MTU")
     report(errs)
 
 
@@ -963,6 +970,80 @@ def test_pcap_loopback(loop_dev, procs, tmp_path, crc, markers):
     report(check_rping("rping", 20, *res) or
            check_decode("loopback capture", decode(cap.path), w_rev, w_crc,
                         markers=bool(markers)))
+
+
+@pytest.fixture
+def two_rsiw():
+    """Returns a function loading the DUT with parameters and building the veth pair
+    (MTU 1500) between namespaces rsiwA (rsiw0 on vrA) and rsiwB (rsiw1 on vrB): two
+    rsiw hosts joined by an Ethernet-sized link."""
+    built = []
+
+    def make(params=""):
+        insmod_dut(params)
+        built.append(True)
+        for ns in (NS_A, NS_B):
+            sh(f"ip netns add {ns}")
+        sh(f"ip link add {VETH_A} type veth peer name {VETH_B}")
+        for ns, veth, ip, dev in ((NS_A, VETH_A, IP_A, DUT), (NS_B, VETH_B, IP_B, DUT2)):
+            sh(f"ip link set {veth} netns {ns}")
+            sh(f"ip -n {ns} addr add {ip}/24 dev {veth}")
+            sh(f"ip -n {ns} link set {veth} mtu 1500 up && ip -n {ns} link set lo up")
+            sh(f"ip netns exec {ns} rdma link add {dev} type {DUT_MOD} netdev {veth}")
+        sh(f"ip netns exec {NS_A} ping -c 1 -W 10 {IP_B}", timeout=T_TOOL)
+
+    yield make
+    if built:
+        for dev in (DUT, DUT2):
+            sh(f"rdma link del {dev}", check=False, timeout=T_TOOL)
+    for ns in (NS_A, NS_B):
+        sh(f"ip netns del {ns}", check=False)
+    links = sh("rdma link show", check=False).stdout
+    assert f"link {DUT}/" not in links and f"link {DUT2}/" not in links, links
+    rmmod(DUT_MOD)
+
+
+def mean_fpdu(dev):
+    """(mean FPDU length on the wire in octets, FPDUs) that `dev` sent, from its port
+    counters."""
+    c = port_counters(dev)
+    return c["tx_octets"] / max(c["tx_fpdus"], 1), c["tx_fpdus"]
+
+
+@pytest.mark.parametrize("params,large", [("mpa_crc=1", True),
+                                          ("mpa_crc=1 mpa_large_fpdu=0", False)],
+                         ids=["large", "segment-sized"])
+def test_large_fpdus_two_ns(two_rsiw, procs, tmp_path, params, large):
+    """rsiw <-> rsiw across a 1500-octet link: when both offer large FPDUs (MPA flag L,
+    the default), an FPDU spans TCP segments, up to 64768 octets of ULPDU; with
+    mpa_large_fpdu=0 on both, every FPDU fits one segment (RFC 5044 §4.5). rping -S 65000
+    verifies the data (65000-octet RDMA Reads and Writes, and Sends); tshark reassembles
+    every FPDU of the capture, each with a good CRC."""
+    if STANDIN:
+        pytest.skip("the C siw has no large FPDUs (its GSO_EXP is compiled out)")
+    two_rsiw(params)
+    p = port()
+    server, client = rping_argvs(IP_A, p, 10, IP_B)
+    server[1:1] = ["-S", "65000"]
+    client[1:1] = ["-S", "65000"]
+    cap = Capture(procs, tmp_path / "large.pcap", VETH_A, NS_A, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, DUT, IP_A, p, NS_A, NS_B)
+    cap.stop()
+    errs = check_rping("rping -S 65000", 10, *res)
+    sent = {dev: mean_fpdu(dev) for dev in (DUT, DUT2)}
+    print(f"mean FPDU length and FPDUs sent: {sent}")
+    for dev, (mean, _) in sent.items():
+        if large and mean <= 8192:
+            errs.append(f"{dev}: mean FPDU {mean:.0f} octets: large FPDUs were not used")
+        if not large and mean > 1500:
+            errs.append(f"{dev}: mean FPDU {mean:.0f} octets exceeds the 1500-octet MTU")
+    if not errs:
+        d = decode(cap.path)
+        errs += check_decode("capture", d, 2, True)
+        fpdus = sum(n for _, n in sent.values())
+        if d["fpdus"] != fpdus:
+            errs.append(f"tshark decoded {d['fpdus']} FPDUs, the devices sent {fpdus}")
+    report(errs)
 
 
 # --- 5. peer-to-peer RTR (RFC 6581 §5) ---------------------------------------------

@@ -46,6 +46,11 @@ pub struct Config {
     pub crc: bool,
     /// M bit: require markers in the FPDUs the peer sends.
     pub markers: bool,
+    /// Offer and use FPDUs larger than one TCP segment: set L
+    /// ([`crate::wire::mpa::FLAG_L`]) in the Request (with the echo probe) or an accepting
+    /// Reply, and send FPDUs of up to [`crate::wire::fpdu::MULPDU_MAX`] octets of ULPDU when
+    /// the peer offered them too.
+    pub large_fpdu: bool,
     /// Accept Rev 0 (RDMAC) peers: DDP/RDMAP version 0, markers and CRC in both directions,
     /// seed FPDUPTR convention (RFC 5044 Appendix C "permissive IETF RNIC").
     pub permissive_rev0: bool,

@@ -6,6 +6,7 @@
 use super::super::mpa_rx::RxConfig;
 use super::super::mpa_tx::TxConfig;
 use super::Role;
+use crate::wire::fpdu::{mulpdu, MULPDU_MAX};
 use crate::wire::marker::FpduPtrBase;
 use crate::wire::mpa::{Enhanced, FrameKind, MpaErrorCode, ParseError, RtrType, PD_MAX};
 
@@ -167,6 +168,9 @@ pub struct PeerFrame {
     pub enhanced: Option<Enhanced>,
     /// Draft S bit.
     pub rtr_flag: bool,
+    /// L: the peer accepts FPDUs that span TCP segments (false for a Reply that returned
+    /// the echo probe, whose L is a copy of ours).
+    pub large_fpdu: bool,
     /// The ULP's Private Data (after any enhanced block).
     pub private_data: PrivateData,
 }
@@ -210,6 +214,10 @@ pub struct Negotiated {
     pub markers_tx: bool,
     /// The peer inserts markers in what it sends (our M).
     pub markers_rx: bool,
+    /// We may send FPDUs larger than one TCP segment: both frames set L
+    /// ([`crate::wire::mpa::FLAG_L`]), the Reply is no echo of the Request, and the peer
+    /// is not Rev 0.
+    pub large_fpdu_tx: bool,
     /// FPDUPTR convention (seed for Rev 0).
     pub fpduptr: FpduPtrBase,
     /// RFC 6581 IRD/ORD, when both sides used the enhanced block.
@@ -235,6 +243,17 @@ impl Negotiated {
             0
         } else {
             1
+        }
+    }
+
+    /// MULPDU (octets) for this connection's TX: [`MULPDU_MAX`] when
+    /// [`Negotiated::large_fpdu_tx`], else the largest ULPDU whose FPDU fits one segment of
+    /// `emss` octets (RFC 5044 §4.5).
+    pub fn tx_mulpdu(&self, emss: u32) -> u16 {
+        if self.large_fpdu_tx {
+            MULPDU_MAX
+        } else {
+            mulpdu(emss, self.markers_tx)
         }
     }
 

@@ -655,6 +655,7 @@ fn for_connection_follows_the_negotiation() {
         mode: Mode::Basic,
         crc: true,
         markers: true,
+        large_fpdu: false,
         permissive_rev0: false,
     };
     let mut i = Startup::initiator(cfg, b"").unwrap();
@@ -904,6 +905,7 @@ fn startup_terminate_is_the_first_fpdu_with_the_negotiated_framing() {
             }),
             crc: false,
             markers: false,
+            large_fpdu: false,
             permissive_rev0: false,
         };
         let mut i = Startup::initiator(cfg, b"").unwrap();
@@ -940,5 +942,57 @@ fn startup_terminate_is_the_first_fpdu_with_the_negotiated_framing() {
         want.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(sink.out, want, "Reply flags {flags:#04x}");
         assert_eq!((info.wire_len, info.last), (want.len(), true));
+    }
+}
+
+/// Large FPDUs (MULPDU 64768, negotiated with flag L): a 1 MiB Write and Send and a Read
+/// Response of an odd length are cut into full 64768-octet ULPDUs plus a last one, and
+/// deframe back to the same placement and payload, with markers and CRC on and off.
+#[test]
+fn large_fpdus_round_trip() {
+    let m = MULPDU_MAX;
+    for (markers, crc) in [(false, false), (false, true), (true, true)] {
+        let mut tx = builder(markers, crc, m);
+        let len = 1u32 << 20;
+        let mut sink = VecTx::with_payload(&pattern(3 * len as usize, 7));
+        let write = Message::Write {
+            stag: 7,
+            to: 0x1000,
+            len,
+        };
+        let send = Message::Send {
+            solicited: false,
+            invalidate: None,
+            len,
+        };
+        let rresp = Message::ReadResponse {
+            stag: 9,
+            to: 0,
+            len: len - 3,
+        };
+        let infos = [
+            send_all(&mut tx, &mut sink, write),
+            send_all(&mut tx, &mut sink, send),
+            send_all(&mut tx, &mut sink, rresp),
+        ];
+        assert_eq!(infos[0].len(), segments(len, 14, u32::from(m)));
+        assert_eq!(infos[1].len(), segments(len, 18, u32::from(m)));
+        assert_eq!(infos[2].len(), segments(len - 3, 14, u32::from(m)));
+        for i in &infos {
+            for (k, f) in i.iter().enumerate() {
+                assert!(f.ulpdu_len <= m);
+                if k + 1 < i.len() {
+                    assert_eq!(f.ulpdu_len, m, "non-last segments are full");
+                }
+            }
+        }
+        let fpdus = deframe(&sink.out, 0, markers, crc, FpduPtrBase::UlpduLength);
+        assert_eq!(fpdus.len(), infos.iter().map(Vec::len).sum::<usize>());
+        let mut payload = Vec::new();
+        for f in &fpdus {
+            payload.extend_from_slice(f.parse(CFG).1);
+        }
+        assert_eq!(payload.len(), 3 * len as usize - 3);
+        assert_eq!(payload, &sink.payload[..payload.len()]);
     }
 }

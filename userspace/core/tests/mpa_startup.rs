@@ -15,6 +15,7 @@ const BASIC: Config = Config {
     mode: Mode::Basic,
     crc: false,
     markers: false,
+    large_fpdu: false,
     permissive_rev0: false,
 };
 
@@ -651,14 +652,20 @@ fn arb_cfg() -> impl Strategy<Value = Config> {
             })),
         any::<bool>().prop_map(|rtr| Mode::DraftRtr { rtr }),
     ];
-    (mode, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(mode, crc, markers, permissive_rev0)| Config {
+    (
+        mode,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(mode, crc, markers, large_fpdu, permissive_rev0)| Config {
             mode,
             crc,
             markers,
+            large_fpdu,
             permissive_rev0,
-        },
-    )
+        })
 }
 
 proptest! {
@@ -684,6 +691,13 @@ proptest! {
             prop_assert_eq!(ni.markers_rx, nr.markers_tx);
             prop_assert_eq!(ni.rev, nr.rev);
             prop_assert_eq!(ni.rtr, nr.rtr);
+            // Large FPDUs flow only where both offered them, and symmetrically.
+            let large = ic.large_fpdu && rc.large_fpdu && ni.rev != 0;
+            if i1.status() == Status::Established {
+                prop_assert_eq!(ni.large_fpdu_tx, large);
+                prop_assert_eq!(nr.large_fpdu_tx, large);
+            }
+            prop_assert!(!ni.large_fpdu_tx || large);
             prop_assert_eq!(ni.private_data.as_slice(), b"reply");
             prop_assert_eq!(nr.private_data.as_slice(), &ipd[..]);
             if let (Some(a), Some(b)) = (ni.ird_ord, nr.ird_ord) {
@@ -747,4 +761,135 @@ fn draft_bad_rtr_clears_negotiated() {
     r.accept(b"").unwrap();
     assert_eq!(r.peer_closed().code, MpaErrorCode::TcpClosed);
     assert!(r.negotiated().is_none());
+}
+
+/// Large FPDUs (flag L): every accepting frame of an endpoint that offers them sets L, and a
+/// side sends them only when both frames set it, in every startup mode.
+#[test]
+fn large_fpdus_need_both_offers() {
+    let modes = [
+        BASIC,
+        enh(4, 4, false, RtrSet::ALL),
+        enh(4, 4, true, RtrSet::ALL),
+        draft(true),
+    ];
+    for base in modes {
+        for (il, rl) in [(false, false), (true, false), (false, true), (true, true)] {
+            let ic = Config {
+                large_fpdu: il,
+                ..base
+            };
+            let rc = Config {
+                large_fpdu: rl,
+                ..base
+            };
+            let mut i = Startup::initiator(ic, b"").unwrap();
+            let probe = if il { FLAG_L | FLAG_P } else { 0 };
+            assert_eq!(i.tx_pending()[16] & (FLAG_L | FLAG_P), probe);
+            let mut r = Startup::responder(rc).unwrap();
+            let _ = pump(&mut i, &mut r, 1000);
+            r.accept(b"").unwrap();
+            assert_eq!(r.tx_pending()[16] & FLAG_L != 0, rl, "{base:?}");
+            assert_eq!(r.tx_pending()[16] & FLAG_P, 0, "a Reply never sets P");
+            let _ = pump(&mut r, &mut i, 1000);
+            let _ = pump(&mut i, &mut r, 1000);
+            assert_eq!(i.status(), Status::Established, "{base:?}");
+            assert_eq!(r.status(), Status::Established, "{base:?}");
+            let both = il && rl;
+            assert_eq!(i.negotiated().unwrap().large_fpdu_tx, both, "{base:?}");
+            assert_eq!(r.negotiated().unwrap().large_fpdu_tx, both, "{base:?}");
+            assert_eq!(i.peer().unwrap().large_fpdu, rl);
+            assert_eq!(r.peer().unwrap().large_fpdu, il);
+        }
+    }
+}
+
+/// A reject never offers large FPDUs, and a Rev 0 peer never gets them (nor an L bit).
+#[test]
+fn large_fpdus_not_with_reject_or_rev0() {
+    let lc = Config {
+        large_fpdu: true,
+        ..BASIC
+    };
+    let (_, r) = run(lc, b"", lc, Decide::Reject(b"no"), 1000);
+    assert_eq!(r.status(), Status::Rejected);
+    let mut r = Startup::responder(lc).unwrap();
+    r.feed(&request_bytes(FLAG_L, 1, b"")).unwrap();
+    r.reject(b"").unwrap();
+    assert_eq!(r.tx_pending()[16] & FLAG_L, 0);
+
+    let perm = Config {
+        permissive_rev0: true,
+        ..lc
+    };
+    let mut r = Startup::responder(perm).unwrap();
+    r.feed(&request_bytes(FLAG_M | FLAG_C | FLAG_L, 0, b""))
+        .unwrap();
+    r.accept(b"").unwrap();
+    assert_eq!(r.tx_pending()[16], FLAG_M | FLAG_C);
+    assert!(!r.negotiated().unwrap().large_fpdu_tx);
+    let mut i = Startup::initiator(perm, b"").unwrap();
+    i.feed(&reply_bytes(FLAG_M | FLAG_C | FLAG_L, 0, b""))
+        .unwrap();
+    assert!(!i.negotiated().unwrap().large_fpdu_tx);
+}
+
+/// MULPDU follows the negotiation: one segment's worth without L, 64768 octets with it
+/// (RFC 5044 §4.5 bounds only the segment-sized case).
+#[test]
+fn large_fpdu_mulpdu() {
+    let mut i = Startup::initiator(
+        Config {
+            large_fpdu: true,
+            ..BASIC
+        },
+        b"",
+    )
+    .unwrap();
+    i.feed(&reply_bytes(FLAG_L, 1, b"")).unwrap();
+    let n = *i.negotiated().unwrap();
+    assert!(n.large_fpdu_tx);
+    assert_eq!(n.tx_mulpdu(1460), 64768);
+    let small = Negotiated {
+        large_fpdu_tx: false,
+        ..n
+    };
+    assert_eq!(small.tx_mulpdu(1460), 1454);
+    let marked = Negotiated {
+        markers_tx: true,
+        ..small
+    };
+    assert_eq!(marked.tx_mulpdu(1460), 1442);
+}
+
+/// The C siw answers with a copy of the Request's flags: its Reply carries L and the echo
+/// probe P, and is no offer of large FPDUs. A Reply with L alone is one.
+#[test]
+fn echoed_large_fpdu_flag_is_no_offer() {
+    let lc = Config {
+        large_fpdu: true,
+        ..BASIC
+    };
+    for (flags, large) in [
+        (FLAG_L | FLAG_P, false),
+        (FLAG_L | FLAG_P | FLAG_C, false),
+        (FLAG_P, false),
+        (FLAG_L, true),
+        (0, false),
+    ] {
+        let mut i = Startup::initiator(lc, b"").unwrap();
+        i.feed(&reply_bytes(flags, 1, b"")).unwrap();
+        assert_eq!(i.status(), Status::Established);
+        assert_eq!(i.peer().unwrap().large_fpdu, large, "flags {flags:#x}");
+        assert_eq!(
+            i.negotiated().unwrap().large_fpdu_tx,
+            large,
+            "flags {flags:#x}"
+        );
+    }
+    // P in a Request means nothing to the Responder.
+    let mut r = Startup::responder(lc).unwrap();
+    r.feed(&request_bytes(FLAG_L | FLAG_P, 1, b"")).unwrap();
+    r.accept(b"").unwrap();
+    assert!(r.negotiated().unwrap().large_fpdu_tx);
 }

@@ -325,6 +325,8 @@ fn emit_errors() {
         rev: 2,
         enhanced: None,
         rtr_flag: false,
+        large_fpdu: false,
+        echo_probe: false,
         private_data: &pd[..512],
     };
     assert_eq!(r.emit(&mut buf), Ok(532));
@@ -374,7 +376,7 @@ fn arb_repr_parts() -> impl Strategy<Value = ReprParts> {
 proptest! {
     /// parse(emit(x)) == x for every expressible frame, in both variants.
     #[test]
-    fn startup_frame_round_trip(parts in arb_repr_parts()) {
+    fn startup_frame_round_trip(parts in arb_repr_parts(), large_fpdu in any::<bool>(), echo_probe in any::<bool>()) {
         let (k, m, c, r, rev, enh, rtr, pd, draft) = parts;
         let variant = if draft { Variant::DraftRtr } else { Variant::Rfc };
         let kind = match k { 0 => FrameKind::Request, 1 => FrameKind::Reply, _ => FrameKind::Rtr };
@@ -390,7 +392,7 @@ proptest! {
             });
             (e, false, if e.is_some() { rev.max(2) } else { rev })
         };
-        let repr = Repr { kind, markers: m, crc: c, reject: r, rev, enhanced, rtr_flag, private_data: &pd };
+        let repr = Repr { kind, markers: m, crc: c, reject: r, rev, enhanced, rtr_flag, large_fpdu, echo_probe, private_data: &pd };
         let mut buf = [0u8; FRAME_MAX];
         let n = repr.emit(&mut buf).unwrap();
         prop_assert_eq!(n, repr.buffer_len());

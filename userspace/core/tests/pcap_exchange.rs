@@ -790,12 +790,14 @@ fn scenarios() -> Vec<Scenario> {
         mode: Mode::Basic,
         crc: true,
         markers: true,
+        large_fpdu: false,
         permissive_rev0: false,
     };
     let enh = |ird, ord, p2p, rtr, crc| startup::Config {
         mode: Mode::Enhanced(EnhancedConfig { ird, ord, p2p, rtr }),
         crc,
         markers: false,
+        large_fpdu: false,
         permissive_rev0: false,
     };
     let rtr = RtrSet {

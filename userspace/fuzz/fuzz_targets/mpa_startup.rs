@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use rsiw_core::engine::startup::{Action, Config, EnhancedConfig, Mode, Reason, Startup, Status};
 use rsiw_core::wire::mpa::RtrSet;
 
-fn config(sel: u8, ird: u8, ord: u8) -> Config {
+fn config(sel: u8, ird: u8, ord: u8, large_fpdu: bool) -> Config {
     let rtr = RtrSet {
         send: sel & 0x01 != 0,
         write: sel & 0x02 != 0,
@@ -33,6 +33,7 @@ fn config(sel: u8, ird: u8, ord: u8) -> Config {
         mode,
         crc: sel & 0x20 != 0,
         markers: sel & 0x40 != 0,
+        large_fpdu,
         permissive_rev0: sel & 0x80 != 0,
     }
 }
@@ -70,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     let [sel, ird, ord, chunk, flags, rest @ ..] = data else {
         return;
     };
-    let cfg = config(*sel, *ird, *ord);
+    let cfg = config(*sel, *ird, *ord, flags & 4 != 0);
     let chunk = usize::from(*chunk).max(1);
     let accept = flags & 1 != 0;
     let mut engines = Vec::new();
@@ -101,6 +102,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(a.negotiated(), b.negotiated());
         if a.status() == Status::Established {
             assert!(a.negotiated().is_some());
+        }
+        // Large FPDUs go only to a peer that offered them, when this side offered them
+        // too, and never to a Rev 0 peer.
+        if let Some(n) = a.negotiated() {
+            if n.large_fpdu_tx {
+                assert!(cfg.large_fpdu && n.rev != 0);
+                assert!(a.peer().is_some_and(|p| p.large_fpdu));
+            }
         }
         let _ = a.peer_closed();
     }

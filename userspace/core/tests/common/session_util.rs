@@ -49,6 +49,7 @@ pub fn negotiated(role: Role, framing: Framing, rtr: Option<RtrType>) -> Negotia
         crc: framing.crc,
         markers_tx: framing.markers,
         markers_rx: framing.markers,
+        large_fpdu_tx: false,
         fpduptr: FpduPtrBase::UlpduLength,
         ird_ord: None,
         p2p: rtr.is_some(),
