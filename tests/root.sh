@@ -98,10 +98,12 @@ pkgs=$(grep -v '^#' "$RSIW_TOP/tests/root-packages.txt" | tr '\n' ' ')
 log "installing the toolchain and guest packages (cold: about 2 minutes)"
 run_logged "$RSIW_CACHE/apt-install.log" root_apt "apt-get install -y $pkgs" ||
 	die "package installation failed"
-log "installing $src_pkg=$src_ver and Debian's kernel $abi from $DEBIAN_SUITE-backports"
-# linux-base first: the image's PreDepends are not met from stable alone.
+log "installing $src_pkg=$src_ver, Debian's kernel $abi and its perf from $DEBIAN_SUITE-backports"
+# linux-base first: the image's PreDepends are not met from stable alone. linux-perf comes
+# from the same source package as linux-source (make bench's profiles).
 run_logged "$RSIW_CACHE/apt-kernel.log" root_apt "apt-get install -y -t $DEBIAN_SUITE-backports linux-base && \
-	apt-get install -y -t $DEBIAN_SUITE-backports $src_pkg=$src_ver linux-image-$abi linux-headers-$abi" ||
+	apt-get install -y -t $DEBIAN_SUITE-backports $src_pkg=$src_ver linux-image-$abi linux-headers-$abi \
+	linux-perf=$src_ver" ||
 	die "kernel package installation failed"
 
 log "installing virtme-ng $VIRTME_NG_VERSION from PyPI into /opt/vng"

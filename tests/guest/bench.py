@@ -2,8 +2,10 @@
 """`make bench` in the guest: rsiw against the C siw in one boot, as ratios.
 
 Both providers run the same programs through rdma_cm on the same topology: one device on a
-dummy netdev (MTU 1500), client and server connecting to its address (loopback through the
-kernel's TCP stack). tests/bench.sh boots the guest with one vCPU under
+dummy netdev, client and server connecting to its address. Such traffic runs over the
+loopback device `lo`, so the path MTU is lo's: the bench sets lo and the dummy netdev to
+$RSIW_BENCH_MTU (default 1500, Ethernet's; lo's own 65536 would let every FPDU fill a
+64 KiB segment, as no link between two hosts does) and restores lo afterwards. tests/bench.sh boots the guest with one vCPU under
 `-icount shift=0,sleep=off`, where the guest's clocks count executed instructions: a
 cycle or a MB/s measures the instructions the kernel and the programs ran, not the host's
 load.
@@ -33,11 +35,19 @@ Measures (`better` says which direction wins):
   VmallocUsed (KiB) while 16 ib_write_bw connections run, divided by their 32 QPs;
 - the TCP ceiling: single-stream iperf3 on the same address, in the same unit as perftest.
 
-Outputs in $RSIW_BENCH_OUT (a directory): bench.md (the table and the conditions) and
-bench.json (every raw run); `bench.py plot DIR`, which tests/bench.sh runs on the host
+Profiles: after the measures, each provider runs PROFILES once more under
+`perf record -a -e cpu-clock` (the guest's clock counts instructions under icount, so the
+samples attribute instructions, not host time); profile.md lists, per workload, the
+symbols holding the most samples for each provider and how many samples each had in all
+(the same work, so the totals compare like the cycles do). RSIW_BENCH_PROFILE=0 skips
+them.
+
+Outputs in $RSIW_BENCH_OUT (a directory): bench.md (the table and the conditions),
+bench.json (every raw run), profile.md and the perf reports (profile-*.txt); `bench.py plot DIR`, which tests/bench.sh runs on the host
 afterwards, draws throughput.png and latency.png from DIR/bench.json (hollow markers and
 hatched bars: cells whose null experiment failed). RSIW_BENCH_ROUNDS sets the rounds
-(default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches.
+(default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches, RSIW_BENCH_MTU
+sets the path MTU (octets).
 """
 import datetime
 import json
@@ -119,15 +129,15 @@ def listening(p):
             and sh(f"ss -Hltn 'sport = :{p}'", check=False).strip() != "")
 
 
-def client_server(server, client, sample=None, ready=listening):
+def client_server(server, client, sample=None, ready=listening, wrap=()):
     """Starts `server` (argv; its port is the last element of `ready`'s argument), waits
-    until `ready(port)`, runs `client` to its end and returns (its output, the value of
-    `sample()` taken once the client is connected or None, the client's run time in
-    seconds)."""
+    until `ready(port)`, runs `client` (behind the argv prefix `wrap`) to its end and
+    returns (its output, the value of `sample()` taken once the client is connected or
+    None, the client's run time in seconds)."""
     _port[0] += 1
     p = _port[0]
     server = [a.replace("{port}", str(p)) for a in server]
-    client = [a.replace("{port}", str(p)) for a in client]
+    client = list(wrap) + [a.replace("{port}", str(p)) for a in client]
     srv = subprocess.Popen(server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:
@@ -166,11 +176,12 @@ def client_server(server, client, sample=None, ready=listening):
             srv.wait()
 
 
-def perftest(tool, args, sample=None):
-    """Runs a perftest server and client on bench0 (rdma_cm, `-R`); returns (the client's
-    output, `sample()` taken once connected or None)."""
+def perftest(tool, args, sample=None, wrap=()):
+    """Runs a perftest server and client on bench0 (rdma_cm, `-R`), the client behind the
+    argv prefix `wrap`; returns (the client's output, `sample()` taken once connected or
+    None)."""
     common = [tool, "-R", "-F", "-d", "bench0", "-p", "{port}"] + args
-    return client_server(common, common + [ADDR], sample)[:2]
+    return client_server(common, common + [ADDR], sample, wrap=wrap)[:2]
 
 
 def result_row(out):
@@ -196,17 +207,17 @@ def bw_iters(size):
     return 2000 if size <= 4096 else 400 if size <= 65536 else 200
 
 
-def bw(tool, size):
+def bw(tool, size, wrap=()):
     """Bandwidth of `tool` at `size` octets (MB/s, 2^20 octets per MB)."""
     _, row = result_row(perftest(tool, ["-s", str(size), "-n", str(bw_iters(size))]
-                                 + events(tool))[0])
+                                 + events(tool), wrap=wrap)[0])
     return float(row[3])  # BW average [MB/sec]
 
 
-def lat(tool, size=2):
+def lat(tool, size=2, wrap=()):
     """Typical latency of `tool` at `size` octets (cycles)."""
     head, row = result_row(perftest(tool, ["-s", str(size), "-n", "1000", "-C"]
-                                    + events(tool))[0])
+                                    + events(tool), wrap=wrap)[0])
     # Columns: #bytes #iterations t_min[cycles] t_max t_typical t_avg ...
     return float(row[head.index("t_typical[cycles]")] if "t_typical[cycles]" in head
                  else row[4])
@@ -256,6 +267,71 @@ def tcp_ceiling():
                            ["iperf3", "-c", ADDR, "-p", "{port}", "-t", "2", "-J"],
                            ready=lambda p: sh(f"ss -Hltn 'sport = :{p}'", check=False) != "")
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8 / (1 << 20)
+
+
+PROFILES = [("ib_write_bw 1 MiB", lambda w: bw("ib_write_bw", 1 << 20, w)),
+            ("ib_read_bw 64 KiB", lambda w: bw("ib_read_bw", 65536, w)),
+            ("ib_send_bw 64 KiB", lambda w: bw("ib_send_bw", 65536, w)),
+            ("ib_send_lat 8 B", lambda w: lat("ib_send_lat", 8, w)),
+            ("ib_read_lat 8 B", lambda w: lat("ib_read_lat", 8, w))]
+"""(workload, fn(wrap)) that `profile` records: fn runs its client behind `wrap`."""
+
+
+def profile(outdir, mod, name, fn):
+    """Runs `fn` with its client under `perf record -a` sampling cpu-clock (every CPU, so
+    the server and the kernel too, for the client's lifetime); writes the report by symbol
+    to outdir/profile-MOD-WORKLOAD.txt and returns (CPU milliseconds sampled on all CPUs,
+    [(percent, symbol, module)] of the top symbols, [(percent, module)] of the top
+    objects)."""
+    base = os.path.join(outdir, f"profile-{mod}-{re.sub(r'[^a-z0-9]+', '-', name.lower())}")
+    data = f"/tmp/{os.path.basename(base)}.data"
+    fn(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", "2000", "-o", data, "--"])
+    rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                          "--sort", "sym,dso", "--percent-limit", "0.3"],
+                         capture_output=True, text=True, timeout=T_RUN)
+    with open(base + ".txt", "w") as f:
+        f.write(rep.stdout + rep.stderr)
+    by_dso = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                             "--sort", "dso", "--percent-limit", "1"],
+                            capture_output=True, text=True, timeout=T_RUN).stdout
+    os.unlink(data)
+    # cpu-clock counts nanoseconds of the (instruction-counted) clock on all CPUs.
+    total = re.search(r"# Event count \(approx\.\): (\d+)", rep.stdout)
+    n = int(total.group(1)) / 1e6 if total else None
+    top = []
+    for line in rep.stdout.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[[kH.]\]\s+(\S+)\s+(\S+)", line)
+        if m:
+            top.append((float(m.group(1)), m.group(2), m.group(3)))
+    dsos = re.findall(r"^\s*([\d.]+)%\s+(\S+)", by_dso, flags=re.M)
+    return n, top[:12], [(float(p), d) for p, d in dsos[:6]]
+
+
+def profiles(outdir):
+    """Records PROFILES for both providers; writes profile.md."""
+    lines = ["Profiles: `perf record -a -e cpu-clock -F 2000` over each client's run "
+             "(instruction-counted clock), top symbols per workload and provider. Samples "
+             "fall where interrupts are enabled again, so time spent with interrupts off "
+             "shows at the symbol that re-enables them.", ""]
+    for name, fn in PROFILES:
+        lines += [f"## {name}", ""]
+        for mod in ("siw", "rsiw"):
+            load(mod)
+            try:
+                n, top, dsos = profile(outdir, mod, name, fn)
+            except (RunFailed, subprocess.TimeoutExpired) as e:
+                lines += [f"{mod}: FAILED ({e})", ""]
+                continue
+            finally:
+                unload(mod)
+            lines += [f"{mod}: {n:.0f} CPU ms sampled; by object: "
+                      + ", ".join(f"{d} {p:.0f} %" for p, d in dsos),
+                      "", "| % | symbol | module |", "|---:|---|---|"]
+            lines += [f"| {p:.1f} | `{sym}` | {dso} |" for p, sym, dso in top]
+            lines.append("")
+        print(f"[bench] profiled {name}", flush=True)
+    with open(os.path.join(outdir, "profile.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def size_name(s):
@@ -408,7 +484,10 @@ def main():
     outdir = os.environ.get("RSIW_BENCH_OUT", "build/bench")
     os.makedirs(outdir, exist_ok=True)
     sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
-    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu 1500 && "
+    mtu = int(os.environ.get("RSIW_BENCH_MTU") or 1500)
+    lo_mtu = open("/sys/class/net/lo/mtu").read().strip()
+    sh(f"ip link set lo mtu {mtu}")
+    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu {mtu} && "
        f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
     todo = cases()
     runs = {c[0]: {m: {"a": [], "b": []} for m in ("rsiw", "siw")} for c in todo}
@@ -435,8 +514,11 @@ def main():
                                   f"{v:.1f} {unit}", flush=True)
                     finally:
                         unload(mod)
-    mtu = open(f"/sys/class/net/{NET}/mtu").read().strip()
+    if os.environ.get("RSIW_BENCH_PROFILE", "1") != "0":
+        profiles(outdir)
+    mtu = open("/sys/class/net/lo/mtu").read().strip()
     sh(f"ip link del {NET}", check=False)
+    sh(f"ip link set lo mtu {lo_mtu}", check=False)
 
     cond = {"date": datetime.date.today().isoformat(), "kernel": os.uname().release,
             "vcpus": os.cpu_count(), "mtu": int(mtu), "rounds": rounds,
