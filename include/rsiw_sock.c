@@ -12,6 +12,8 @@
 #include <linux/tcp.h>
 #include <linux/in.h>
 #include <linux/in6.h>
+#include <linux/sockptr.h>
+#include <net/ip.h>
 #include <linux/uio.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -269,4 +271,21 @@ void rsiw_sk_set_v6only(struct socket *sock, bool on)
 bool rsiw_iw_cm_id_afonly(const struct iw_cm_id *cm_id)
 {
 	return cm_id->afonly;
+}
+
+int rsiw_iw_cm_id_tos(const struct iw_cm_id *cm_id)
+{
+	return cm_id->tos_set ? cm_id->tos : -1;
+}
+
+int rsiw_sk_set_tos(struct socket *sock, u8 tos)
+{
+	int val = tos;
+
+	/* IPv4, and IPv4-mapped traffic of an IPv6 socket. */
+	ip_sock_set_tos(sock->sk, tos);
+	if (sock->sk->sk_family != AF_INET6)
+		return 0;
+	return sock->ops->setsockopt(sock, SOL_IPV6, IPV6_TCLASS, KERNEL_SOCKPTR(&val),
+				     sizeof(val));
 }

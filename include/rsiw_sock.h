@@ -113,5 +113,11 @@ void rsiw_sk_set_v6only(struct socket *sock, bool on);
 struct iw_cm_id;
 /* cm_id->afonly (a bit field). */
 bool rsiw_iw_cm_id_afonly(const struct iw_cm_id *cm_id);
+/* The type of service the consumer set on @cm_id (rdma_set_service_type(), rdma_set_option
+ * RDMA_OPTION_ID_TOS), or -1 if it set none. */
+int rsiw_iw_cm_id_tos(const struct iw_cm_id *cm_id);
+/* Sets IP_TOS to @tos (and IPV6_TCLASS on an IPv6 socket); 0 or a negative errno. Process
+ * context. */
+int rsiw_sk_set_tos(struct socket *sock, u8 tos);
 
 #endif /* RSIW_SOCK_H */

@@ -198,6 +198,9 @@ impl Cep {
         let remote = id.mapped_remote_addr();
         let tag = || Tag::new(dev, Some(param.qpn), Some(&remote));
         let mut sock = Socket::tcp(ndev.net(), remote.family())?;
+        if let Some(tos) = id.tos() {
+            sock.set_tos(tos)?;
+        }
         let local = id.mapped_local_addr();
         sock.bind(&local).inspect_err(|e| {
             pr_warn_ratelimited!("{}: connect: bind to {local} failed ({e:?})\n", tag());

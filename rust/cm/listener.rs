@@ -56,6 +56,9 @@ impl ListenerOps<Device> for Listener {
             sock.bind_to_netdev(ndev.ifindex());
         }
         sock.set_v6only(id.afonly());
+        if let Some(tos) = id.tos() {
+            sock.set_tos(tos)?;
+        }
         sock.bind(&addr).inspect_err(|e| {
             pr_warn_ratelimited!(
                 "{}: listen on {addr}: bind failed ({e:?})\n",

@@ -216,6 +216,14 @@ impl<T: Objects> CmId<T> {
         unsafe { b::rsiw_iw_cm_id_afonly(self.ptr.as_ptr()) }
     }
 
+    /// The type of service (the IPv4 TOS octet, the IPv6 traffic class) the consumer set
+    /// on the id (`rdma_set_option(RDMA_OPTION_ID_TOS)`), or `None`.
+    pub(crate) fn tos(&self) -> Option<u8> {
+        // SAFETY: as for `mapped_local_addr`.
+        let tos = unsafe { b::rsiw_iw_cm_id_tos(self.ptr.as_ptr()) };
+        u8::try_from(tos).ok()
+    }
+
     /// A counted reference to QP `qpn` of the id's device (the QP a connect or accept
     /// names), or `None` if there is no such QP.
     pub(crate) fn qp_ref(&self, qpn: u32) -> Option<super::ibdev::QpRef<T>> {

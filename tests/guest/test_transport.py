@@ -1046,6 +1046,67 @@ def test_large_fpdus_two_ns(two_rsiw, procs, tmp_path, params, large):
     report(errs)
 
 
+TOS = 0x68
+"""The type of service test_tos_loopback sets: DSCP 26 (AF31), ECN bits 0."""
+
+
+def tos_packets(pcap, server_port):
+    """{(IPv4 TOS octet, sent by the client, SYN): [client port of each such packet]} of a
+    capture of connections to `server_port`."""
+    p = subprocess.run(TSHARK + ["-r", str(pcap), "-T", "fields", "-e", "ip.dsfield",
+                                 "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.flags"],
+                       capture_output=True, text=True, timeout=T_TOOL)
+    assert p.returncode == 0, f"tshark failed ({p.returncode}):\n{p.stderr}"
+    out = {}
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) != 4:
+            continue
+        sport, dport, flags = int(f[1]), int(f[2]), int(f[3], 16)
+        client = dport == server_port
+        key = (int(f[0], 16), client, flags & 0x02 != 0 and client)
+        out.setdefault(key, []).append(sport if client else dport)
+    return out
+
+
+def test_tos_loopback(loop_dev, procs, tmp_path):
+    """The type of service a consumer sets on an rdma_cm id before it connects (perftest
+    -T calls rdma_set_option(RDMA_OPTION_ID_TOS) on its data connection's client id, not
+    on its control connection, and on the server's id only after it listens, too late
+    for rdma_cm to pass it on) goes on the active side's TCP socket: every packet the
+    client sends on that connection, SYN included, carries it, and nothing else does.
+    Without -T every packet carries 0."""
+    if STANDIN:
+        pytest.skip("the C siw does not apply the type of service")
+    addr = loop_dev()
+    errs = []
+    for tos in (TOS, None):
+        p = port()
+        extra = ["-s", "4096", "-n", "20"] + (["-T", str(tos)] if tos is not None else [])
+        server, client = perftest_argvs("ib_send_bw", DUT, p, extra, addr)
+        cap = Capture(procs, tmp_path / f"tos{tos}.pcap", "lo", None, f"tcp port {p}")
+        res = pair(procs, tmp_path, f"ib_send_bw-tos{tos}", server, client, DUT, addr, p)
+        cap.stop()
+        errs += check_perftest(f"ib_send_bw -T {tos}", "ib_send_bw", "4096", *res)
+        pkts = tos_packets(cap.path, p)
+        print(f"-T {tos}: (TOS, client's, SYN) counts "
+              f"{ {k: len(v) for k, v in pkts.items()} }")
+        marked = {k: v for k, v in pkts.items() if k[0] != 0}
+        if tos is None and marked:
+            errs.append(f"without -T: packets carry a TOS: {marked}")
+        elif tos is not None:
+            want = {(tos, True, True), (tos, True, False)}
+            if set(marked) != want or len({c for c in marked[(tos, True, True)]}) != 1:
+                errs.append(f"-T {tos}: want every packet the client sends on one "
+                            f"connection, SYN included, to carry {tos:#x} and no other: "
+                            f"{ {k: len(v) for k, v in pkts.items()} }")
+            conn = next(iter(marked[(tos, True, True)]))
+            if any(c == conn for c in pkts.get((0, True, True), [])
+                   + pkts.get((0, True, False), [])):
+                errs.append(f"-T {tos}: client packets of the marked connection carry 0")
+    report(errs)
+
+
 # --- 5. peer-to-peer RTR (RFC 6581 §5) ---------------------------------------------
 
 RTR_TYPES = [(1, "0x00", "write"), (2, "0x01", "read"), (4, "0x03", "send")]

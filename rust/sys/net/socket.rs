@@ -226,6 +226,17 @@ impl Socket {
         unsafe { b::rsiw_sk_set_v6only(self.sock.as_ptr(), on) };
     }
 
+    /// Sets the type of service of what the socket sends: `IP_TOS` to `tos`, and
+    /// `IPV6_TCLASS` on an IPv6 socket. An accepted socket inherits its listener's.
+    ///
+    /// # Errors
+    ///
+    /// What `setsockopt(IPV6_TCLASS)` returns.
+    pub(crate) fn set_tos(&self, tos: u8) -> Result {
+        // SAFETY: `self.sock` is valid (invariant); process context (sleepable callers).
+        to_result(unsafe { b::rsiw_sk_set_tos(self.sock.as_ptr(), tos) })
+    }
+
     /// Starts listening with a backlog of `backlog` connections (after [`Self::bind`]).
     ///
     /// # Errors
