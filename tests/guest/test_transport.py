@@ -656,28 +656,40 @@ def two_ns():
         insmod_dut(params)
         load_siw()
         built.append(True)
-        for ns in (NS_A, NS_B):
-            sh(f"ip netns add {ns}")
-        sh(f"ip link add {VETH_A} type veth peer name {VETH_B}")
-        for ns, veth, ip in ((NS_A, VETH_A, IP_A), (NS_B, VETH_B, IP_B)):
-            sh(f"ip link set {veth} netns {ns}")
-            sh(f"ip -n {ns} addr add {ip}/24 dev {veth}")
-            sh(f"ip -n {ns} link set {veth} up && ip -n {ns} link set lo up")
-        # The netdev is looked up in the caller's namespace.
-        sh(f"ip netns exec {NS_A} rdma link add {DUT} type {DUT_MOD} netdev {VETH_A}")
-        sh(f"ip netns exec {NS_B} rdma link add {PEER} type siw netdev {VETH_B}")
-        sh(f"ip netns exec {NS_A} ping -c 1 -W 10 {IP_B}", timeout=T_TOOL)
+        build_veth_pair(((DUT, DUT_MOD), (PEER, "siw")))
 
     yield make
-    if built:
-        sh(f"rdma link del {DUT}", check=False, timeout=T_TOOL)
-        sh(f"rdma link del {PEER}", check=False, timeout=T_TOOL)
+    remove_veth_pair((DUT, PEER) if built else ())
+    rmmod(DUT_MOD)
+    rmmod("siw")
+
+
+def build_veth_pair(links):
+    """Namespaces rsiwA and rsiwB joined by the veth pair vrA-vrB (MTU 1500), an RDMA
+    device on each end: `links` is ((device, link type) on vrA, (device, link type) on
+    vrB)."""
+    for ns in (NS_A, NS_B):
+        sh(f"ip netns add {ns}")
+    sh(f"ip link add {VETH_A} type veth peer name {VETH_B}")
+    ends = ((NS_A, VETH_A, IP_A), (NS_B, VETH_B, IP_B))
+    for (ns, veth, ip), (dev, kind) in zip(ends, links):
+        sh(f"ip link set {veth} netns {ns}")
+        sh(f"ip -n {ns} addr add {ip}/24 dev {veth}")
+        sh(f"ip -n {ns} link set {veth} mtu 1500 up && ip -n {ns} link set lo up")
+        # The netdev is looked up in the caller's namespace.
+        sh(f"ip netns exec {ns} rdma link add {dev} type {kind} netdev {veth}")
+    sh(f"ip netns exec {NS_A} ping -c 1 -W 10 {IP_B}", timeout=T_TOOL)
+
+
+def remove_veth_pair(devs):
+    """Removes the RDMA devices `devs` and the namespaces of build_veth_pair (with the
+    veth pair); checks that the devices are gone."""
+    for dev in devs:
+        sh(f"rdma link del {dev}", check=False, timeout=T_TOOL)
     for ns in (NS_A, NS_B):
         sh(f"ip netns del {ns}", check=False)
     links = sh("rdma link show", check=False).stdout
-    assert f"link {DUT}/" not in links and f"link {PEER}/" not in links, links
-    rmmod(DUT_MOD)
-    rmmod("siw")
+    assert not [d for d in devs if f"link {d}/" in links], links
 
 
 def veth_bytes():
@@ -982,24 +994,10 @@ def two_rsiw():
     def make(params=""):
         insmod_dut(params)
         built.append(True)
-        for ns in (NS_A, NS_B):
-            sh(f"ip netns add {ns}")
-        sh(f"ip link add {VETH_A} type veth peer name {VETH_B}")
-        for ns, veth, ip, dev in ((NS_A, VETH_A, IP_A, DUT), (NS_B, VETH_B, IP_B, DUT2)):
-            sh(f"ip link set {veth} netns {ns}")
-            sh(f"ip -n {ns} addr add {ip}/24 dev {veth}")
-            sh(f"ip -n {ns} link set {veth} mtu 1500 up && ip -n {ns} link set lo up")
-            sh(f"ip netns exec {ns} rdma link add {dev} type {DUT_MOD} netdev {veth}")
-        sh(f"ip netns exec {NS_A} ping -c 1 -W 10 {IP_B}", timeout=T_TOOL)
+        build_veth_pair(((DUT, DUT_MOD), (DUT2, DUT_MOD)))
 
     yield make
-    if built:
-        for dev in (DUT, DUT2):
-            sh(f"rdma link del {dev}", check=False, timeout=T_TOOL)
-    for ns in (NS_A, NS_B):
-        sh(f"ip netns del {ns}", check=False)
-    links = sh("rdma link show", check=False).stdout
-    assert f"link {DUT}/" not in links and f"link {DUT2}/" not in links, links
+    remove_veth_pair((DUT, DUT2) if built else ())
     rmmod(DUT_MOD)
 
 
