@@ -526,8 +526,8 @@ pub struct Repr<'a> {
 
 impl<'a> Repr<'a> {
     /// Parses and validates a frame (RFC 5044 §7.1.1; RFC 6581 §6 for `Variant::Rfc`).
-    /// Reserved bits other than [`FLAG_L`] and [`FLAG_P`] are ignored. Octets after the Private Data are
-    /// not looked at.
+    /// Reserved bits other than [`FLAG_L`] and [`FLAG_P`] are ignored. Octets after the
+    /// Private Data are not looked at.
     ///
     /// # Errors
     ///

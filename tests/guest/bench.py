@@ -5,10 +5,10 @@ Both providers run the same programs through rdma_cm on the same topology: one d
 dummy netdev, client and server connecting to its address. Such traffic runs over the
 loopback device `lo`, so the path MTU is lo's: the bench sets lo and the dummy netdev to
 $RSIW_BENCH_MTU (default 1500, Ethernet's; lo's own 65536 would let every FPDU fill a
-64 KiB segment, as no link between two hosts does) and restores lo afterwards. tests/bench.sh boots the guest with one vCPU under
-`-icount shift=0,sleep=off`, where the guest's clocks count executed instructions: a
-cycle or a MB/s measures the instructions the kernel and the programs ran, not the host's
-load.
+64 KiB segment, as no link between two hosts does) and restores lo afterwards.
+tests/bench.sh boots the guest with one vCPU under `-icount shift=0,sleep=off`, where the
+guest's clocks count executed instructions: a cycle or a MB/s measures the instructions the
+kernel and the programs ran, not the host's load.
 
 The order of the runs is the experiment. For each CRC setting, each round loads the
 providers in the order siw, rsiw, siw, rsiw (slots "a" and "b" of each), and every slot
@@ -37,15 +37,15 @@ Measures (`better` says which direction wins):
 
 Profiles: after the measures, each provider runs PROFILES once more under
 `perf record -a -e cpu-clock` (the guest's clock counts instructions under icount, so the
-samples attribute instructions, not host time); profile.md lists, per workload, the
-symbols holding the most samples for each provider and how many samples each had in all
-(the same work, so the totals compare like the cycles do). RSIW_BENCH_PROFILE=0 skips
-them.
+samples attribute instructions, not host time); profile.md lists, per workload and
+provider, the CPU time sampled on all CPUs (the same work, so the totals compare like the
+cycles do), its share by object and the top symbols. RSIW_BENCH_PROFILE=0 skips them.
 
 Outputs in $RSIW_BENCH_OUT (a directory): bench.md (the table and the conditions),
-bench.json (every raw run), profile.md and the perf reports (profile-*.txt); `bench.py plot DIR`, which tests/bench.sh runs on the host
-afterwards, draws throughput.png and latency.png from DIR/bench.json (hollow markers and
-hatched bars: cells whose null experiment failed). RSIW_BENCH_ROUNDS sets the rounds
+bench.json (every raw run), profile.md and the perf reports (profile-*.txt);
+`bench.py plot DIR`, which tests/bench.sh runs on the host afterwards, draws throughput.png
+and latency.png from DIR/bench.json (hollow markers and hatched bars: cells whose null
+experiment failed). RSIW_BENCH_ROUNDS sets the rounds
 (default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches, RSIW_BENCH_MTU
 sets the path MTU (octets).
 """
@@ -484,10 +484,10 @@ def main():
     outdir = os.environ.get("RSIW_BENCH_OUT", "build/bench")
     os.makedirs(outdir, exist_ok=True)
     sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
-    mtu = int(os.environ.get("RSIW_BENCH_MTU") or 1500)
+    path_mtu = int(os.environ.get("RSIW_BENCH_MTU") or 1500)
     lo_mtu = open("/sys/class/net/lo/mtu").read().strip()
-    sh(f"ip link set lo mtu {mtu}")
-    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu {mtu} && "
+    sh(f"ip link set lo mtu {path_mtu}")
+    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu {path_mtu} && "
        f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
     todo = cases()
     runs = {c[0]: {m: {"a": [], "b": []} for m in ("rsiw", "siw")} for c in todo}
@@ -516,12 +516,12 @@ def main():
                         unload(mod)
     if os.environ.get("RSIW_BENCH_PROFILE", "1") != "0":
         profiles(outdir)
-    mtu = open("/sys/class/net/lo/mtu").read().strip()
+    mtu = int(open("/sys/class/net/lo/mtu").read())  # what the runs had, as set above
     sh(f"ip link del {NET}", check=False)
     sh(f"ip link set lo mtu {lo_mtu}", check=False)
 
     cond = {"date": datetime.date.today().isoformat(), "kernel": os.uname().release,
-            "vcpus": os.cpu_count(), "mtu": int(mtu), "rounds": rounds,
+            "vcpus": os.cpu_count(), "mtu": mtu, "rounds": rounds,
             "clock": os.environ.get("RSIW_BENCH_CLOCK", "wall clock"),
             "rsiw": os.environ.get("RSIW_BENCH_REV", "?")}
     cells = {}
