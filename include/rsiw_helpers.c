@@ -299,3 +299,48 @@ bool rsiw_in_serving_softirq(void)
 {
 	return in_serving_softirq();
 }
+
+static ssize_t rsiw_attr_show(struct device *dev, struct device_attribute *dattr, char *buf)
+{
+	struct rsiw_attr *a = container_of(dattr, struct rsiw_attr, dattr);
+
+	return a->show(rdma_device_to_ibdev(dev), a->index, buf);
+}
+
+static ssize_t rsiw_attr_store(struct device *dev, struct device_attribute *dattr,
+			       const char *buf, size_t count)
+{
+	struct rsiw_attr *a = container_of(dattr, struct rsiw_attr, dattr);
+
+	return a->store(rdma_device_to_ibdev(dev), a->index, buf, count);
+}
+
+void rsiw_attr_group_init(struct ib_device *ibdev, struct rsiw_attr_group *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->group.attrs = g->list;
+	ibdev->ops.device_group = &g->group;
+}
+
+int rsiw_attr_group_add(struct rsiw_attr_group *g, const char *name, rsiw_attr_show_t show,
+			rsiw_attr_store_t store)
+{
+	unsigned int i;
+	struct rsiw_attr *a;
+
+	for (i = 0; i < RSIW_MAX_ATTRS && g->list[i]; i++)
+		;
+	if (i == RSIW_MAX_ATTRS)
+		return -ENOSPC;
+	a = &g->attrs[i];
+	sysfs_attr_init(&a->dattr.attr);
+	a->dattr.attr.name = name;
+	a->dattr.attr.mode = 0644;
+	a->dattr.show = rsiw_attr_show;
+	a->dattr.store = rsiw_attr_store;
+	a->index = i;
+	a->show = show;
+	a->store = store;
+	g->list[i] = &a->dattr.attr;
+	return 0;
+}

@@ -6,6 +6,8 @@
 #ifndef RSIW_HELPERS_H
 #define RSIW_HELPERS_H
 
+#include <linux/device.h>
+#include <linux/sysfs.h>
 #include <linux/types.h>
 
 struct ib_device;
@@ -146,6 +148,41 @@ void *rsiw_xa_erase(struct xarray *xa, unsigned long index);
 unsigned long rsiw_xa_lock(struct xarray *xa);
 void rsiw_xa_unlock(struct xarray *xa, unsigned long flags);
 bool rsiw_xa_empty(const struct xarray *xa);
+
+/*
+ * A device's read-write sysfs attributes (the RDMA core's ops.device_group): one file per
+ * name in /sys/class/infiniband/<dev>/, mode 0644.  Reads and writes go to @show and
+ * @store with the device and the attribute's index into the name list; @show writes at
+ * most PAGE_SIZE octets into @buf, @store gets the octets written and returns @count or a
+ * negative errno.
+ */
+#define RSIW_MAX_ATTRS 16
+
+typedef ssize_t (*rsiw_attr_show_t)(struct ib_device *ibdev, unsigned int index, char *buf);
+typedef ssize_t (*rsiw_attr_store_t)(struct ib_device *ibdev, unsigned int index,
+				     const char *buf, size_t count);
+
+struct rsiw_attr {
+	struct device_attribute dattr;
+	unsigned int index;
+	rsiw_attr_show_t show;
+	rsiw_attr_store_t store;
+};
+
+struct rsiw_attr_group {
+	struct rsiw_attr attrs[RSIW_MAX_ATTRS];
+	struct attribute *list[RSIW_MAX_ATTRS + 1];
+	struct attribute_group group;
+};
+
+/* Empties @g and makes it @ibdev's device group.  Call before ib_register_device(); @g
+ * must live until the device is freed. */
+void rsiw_attr_group_init(struct ib_device *ibdev, struct rsiw_attr_group *g);
+
+/* Adds the attribute @name (which must outlive the device) to @g; it is the next index,
+ * counting from 0.  Returns 0, or -ENOSPC when @g holds RSIW_MAX_ATTRS already. */
+int rsiw_attr_group_add(struct rsiw_attr_group *g, const char *name, rsiw_attr_show_t show,
+			rsiw_attr_store_t store);
 
 /* in_serving_softirq(): the caller runs a softirq handler (KUnit checks of the context). */
 bool rsiw_in_serving_softirq(void);

@@ -21,61 +21,21 @@
 //! `iw_connect`, ESTABLISHED after a successful `iw_accept`, nothing else before that.
 //!
 //! A CEP that completes startup hands its socket to the QP's transport ([`Conn`]); one
-//! that does not within `mpa_timeout_ms` (Request, Reply or draft Rtr frame) is closed.
+//! that does not within its device's `mpa_timeout_ms` (Request, Reply or draft Rtr frame)
+//! is closed. A CEP uses its device's settings as they were when it started
+//! ([`crate::settings`]).
 //!
 //! [`Startup`]: crate::engine::startup::Startup
 //! [`Live`]: crate::sys::Live
 //! [`Conn`]: crate::conn::Conn
 
-use crate::engine::startup::{Config, EnhancedConfig, Mode};
 use crate::engine::stream::TxSink;
-use crate::wire::mpa::RtrSet;
 
 mod cep;
 mod listener;
 
 pub(crate) use cep::Cep;
 pub(crate) use listener::Listener;
-
-/// The MPA startup configuration from the module parameters.
-fn startup_config(ird: u32, ord: u32) -> Config {
-    let p = &crate::module_parameters::mpa_rev;
-    let mode = if crate::module_parameters::mpa_draft_rtr.value() {
-        Mode::DraftRtr { rtr: true }
-    } else if p.value() == 1 {
-        Mode::Basic
-    } else {
-        Mode::Enhanced(EnhancedConfig {
-            ird: ird.min(0x3FFE) as u16,
-            ord: ord.min(0x3FFE) as u16,
-            p2p: crate::module_parameters::peer_to_peer.value(),
-            rtr: rtr_types(),
-        })
-    };
-    Config {
-        mode,
-        crc: crate::module_parameters::mpa_crc.value(),
-        markers: crate::module_parameters::mpa_markers.value(),
-        large_fpdu: crate::module_parameters::mpa_large_fpdu.value(),
-        permissive_rev0: false,
-    }
-}
-
-/// The RTR types of the `p2p_rtr` module parameter (RFC 6581 §9.2 flags B, C and D): a
-/// mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send;
-/// 0 means all three. The Responder takes a Send RTR without consuming a receive WQE (see
-/// [`crate::conn`]).
-fn rtr_types() -> RtrSet {
-    let m = match crate::module_parameters::p2p_rtr.value() & 7 {
-        0 => 7,
-        m => m,
-    };
-    RtrSet {
-        send: m & 4 != 0,
-        write: m & 1 != 0,
-        read: m & 2 != 0,
-    }
-}
 
 /// The one TERMINATE MPA startup may send ([`Cep::send_startup_terminate`]), framed into
 /// a fixed buffer: 22 octets of ULPDU, its length field, a leading marker and the CRC

@@ -54,6 +54,7 @@ use crate::engine::session::{Close, Event, Session, SessionConfig};
 use crate::engine::startup::Negotiated;
 use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
+use crate::settings::Snapshot;
 use crate::stag::MrRef;
 use crate::sys::ibdev::QpRef;
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
@@ -149,18 +150,13 @@ impl Reason {
 }
 
 /// The session's parameters for the Read depths `ird` and `ord`: capped at
-/// [`crate::limits::MAX_IRD_ORD`], with the TERMINATE and RTR timeout of module parameter
-/// `mpa_timeout_ms` (at least [`crate::timer::MIN_MPA_TIMEOUT_MS`]).
-fn session_config(ird: u32, ord: u32) -> SessionConfig {
-    let timeout_ms = u64::from(
-        crate::module_parameters::mpa_timeout_ms
-            .value()
-            .max(crate::timer::MIN_MPA_TIMEOUT_MS),
-    );
+/// [`crate::limits::MAX_IRD_ORD`], with the TERMINATE and RTR timeout of the device's
+/// `mpa_timeout_ms` in `settings`.
+fn session_config(ird: u32, ord: u32, settings: &Snapshot) -> SessionConfig {
     SessionConfig {
         ird,
         ord,
-        timeout_ms,
+        timeout_ms: settings.timeout_ms(),
     }
     .capped()
 }
@@ -201,6 +197,9 @@ pub(crate) struct Conn {
     ird: u32,
     /// Outbound Read depth (ORD) of the connection.
     ord: u32,
+    /// Whether payload pages go to TCP by reference where allowed (the device's
+    /// `zcopy_tx` when the connection started).
+    zcopy_tx: bool,
     #[pin]
     inner: Mutex<Inner>,
     /// The receive half (`rx`), taken by the socket's data-ready callback.
@@ -236,14 +235,26 @@ impl HrTimerCallback for Conn {
     }
 }
 
+/// What a connection starts with ([`Conn::establish`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Terms<'a> {
+    /// The MPA negotiation's outcome.
+    pub(crate) n: &'a Negotiated,
+    /// The device's settings when the connection started.
+    pub(crate) settings: Snapshot,
+    /// The negotiated (or, for MPA revision 1, the consumer's) inbound Read depth, capped
+    /// at [`crate::limits::MAX_IRD_ORD`].
+    pub(crate) ird: u32,
+    /// The outbound Read depth, likewise.
+    pub(crate) ord: u32,
+}
+
 impl Conn {
-    /// Starts the transport on `sock` after MPA negotiation `n`: the QP enters RTS, the
-    /// socket's callbacks move to the connection, and the QP's doorbells reach it. `ird`
-    /// and `ord` are the negotiated (or, for MPA revision 1, the consumer's) inbound and
-    /// outbound Read depths, capped at [`crate::limits::MAX_IRD_ORD`]. On success the
-    /// connection takes `id` (for its DISCONNECT and CLOSE events) after `report` announced
-    /// the connection on it (CONNECT_REPLY or ESTABLISHED); on failure `id` is left to the
-    /// caller.
+    /// Starts the transport on `sock` on the `terms` MPA startup reached: the QP enters
+    /// RTS, the socket's callbacks move to the connection, and the QP's doorbells reach it.
+    /// On success the connection takes `id` (for its DISCONNECT and CLOSE events) after
+    /// `report` announced the connection on it (CONNECT_REPLY or ESTABLISHED); on failure
+    /// `id` is left to the caller.
     ///
     /// # Errors
     ///
@@ -252,19 +263,23 @@ impl Conn {
         qp: QpRef<Device>,
         sock: Socket,
         id: &mut Option<CmId<Device>>,
-        n: &Negotiated,
-        ird: u32,
-        ord: u32,
+        terms: &Terms<'_>,
         report: impl FnOnce(&CmId<Device>),
     ) -> Result<Arc<Self>> {
-        let cfg = session_config(ird, ord);
+        let Terms {
+            n,
+            settings,
+            ird,
+            ord,
+        } = *terms;
+        let cfg = session_config(ird, ord, &settings);
         let tag = Tag::new(
             qp.device(),
             Some(qp.qp().qpn()),
             sock.peer_addr().ok().as_ref(),
         );
         let mss = sock.mss();
-        let conn = Self::new(&qp, n, mss, cfg, tag)?;
+        let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         Self::take_over(&conn, qp, sock, id, report)?;
         pr_dbg!(
@@ -300,6 +315,7 @@ impl Conn {
         n: &Negotiated,
         mss: u32,
         cfg: SessionConfig,
+        zcopy_tx: bool,
         tag: Tag,
     ) -> Result<Arc<Self>> {
         let emss = mss.max(MIN_EMSS);
@@ -314,6 +330,7 @@ impl Conn {
                 tag,
                 ird,
                 ord,
+                zcopy_tx,
                 inner <- new_mutex!(Inner {
                     qp: None,
                     sock: None,

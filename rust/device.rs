@@ -9,13 +9,15 @@ use crate::abi::AllocCtxResp;
 use crate::limits::{
     Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
 };
+use crate::logtag::Tag;
+use crate::settings::{self, ParseError, Settings};
 use crate::stag::StagTable;
 use crate::sys::bindings as b;
 use crate::sys::ibdev::{stat_desc, DeviceAttr, DeviceOps, IbDevice, NewDevice, PortAttr};
 use crate::sys::net::link::LinkHandler;
 use crate::sys::net::netdev::{NetDev, NetdevEvent, NetdevEvents};
-use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
+use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::terminate::Layer;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -40,6 +42,8 @@ pub(crate) struct Device {
     pub(crate) stags: StagTable,
     /// Port counters.
     stats: Arc<Stats>,
+    /// The protocol settings, each a file in the device's sysfs directory.
+    pub(crate) settings: Settings,
 }
 
 /// The port counters of a device (`rdma statistic show link rsiw0/1`, sysfs
@@ -51,7 +55,7 @@ pub(crate) enum Stat {
     /// Octets of those FPDUs: MPA header, ULPDU, pad, markers and CRC.
     TxOctets,
     /// ULPDU payload octets handed to TCP by page reference instead of copied
-    /// (module parameter `zcopy_tx`).
+    /// (the device's `zcopy_tx` setting).
     TxSplicedOctets,
     /// Complete FPDUs received (CRC checked where negotiated).
     RxFpdus,
@@ -250,6 +254,33 @@ impl DeviceOps for Device {
             *v = c.load(Ordering::Relaxed);
         }
     }
+
+    const ATTRS: &'static [&'static CStr] = settings::NAMES;
+
+    fn show_attr(dev: &IbDevice<Self>, index: usize) -> u32 {
+        dev.settings.show(index)
+    }
+
+    fn store_attr(dev: &IbDevice<Self>, index: usize, text: &[u8]) -> Result {
+        dev.settings.store(index, text).map_err(|e| {
+            let name = settings::NAMES.get(index).copied().unwrap_or(c"?");
+            let shown = BStr::from_bytes(text.strip_suffix(b"\n").unwrap_or(text));
+            let tag = Tag::new(dev, None, None);
+            match e {
+                ParseError::OutOfRange { min, max } => pr_warn_ratelimited!(
+                    "{tag}: {name}: '{shown}' is not in {min}..={max}; unchanged\n"
+                ),
+                ParseError::NotAFlag => pr_warn_ratelimited!(
+                    "{tag}: {name}: '{shown}' is not 0 or 1 (or n or y); unchanged\n"
+                ),
+                ParseError::NotANumber => pr_warn_ratelimited!(
+                    "{tag}: {name}: '{shown}' is not a decimal number; unchanged\n"
+                ),
+                ParseError::NoSuchSetting => {}
+            }
+            EINVAL
+        })
+    }
 }
 
 /// The `rsiw` link type and netdev event handler.
@@ -285,6 +316,7 @@ impl LinkHandler for Link {
                 counts: Counts::new(),
                 stags <- StagTable::new(),
                 stats,
+                settings: Settings::from_module_parameters(),
             }),
         )?;
         // One completion vector per possible CPU id, as the C siw offers: libraries spread

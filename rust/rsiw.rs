@@ -22,6 +22,7 @@ mod limits;
 mod logtag;
 mod mem;
 mod qp;
+mod settings;
 mod srq;
 mod stag;
 mod sys;
@@ -69,39 +70,39 @@ module! {
         },
         mpa_rev: u32 {
             default: 2,
-            description: "MPA revision to request: 1 (RFC 5044) or 2 (RFC 6581, enhanced IRD/ORD and RTR)",
+            description: "MPA revision to request: 1 (RFC 5044) or 2 (RFC 6581, enhanced IRD/ORD and RTR); the start value of each new device's sysfs setting of this name",
         },
         mpa_crc: bool {
             default: false,
-            description: "Ask for MPA CRC32c on every connection (used when either side asks)",
+            description: "Ask for MPA CRC32c on every connection (used when either side asks); the start value of each new device's sysfs setting of this name",
         },
         mpa_markers: bool {
             default: false,
-            description: "Ask the peer to send MPA markers (markers are always accepted when asked for)",
+            description: "Ask the peer to send MPA markers (markers are always accepted when asked for); the start value of each new device's sysfs setting of this name",
         },
         peer_to_peer: bool {
             default: false,
-            description: "Request the RFC 6581 peer-to-peer model (an RTR message before the first ULP message)",
+            description: "Request the RFC 6581 peer-to-peer model (an RTR message before the first ULP message); the start value of each new device's sysfs setting of this name",
         },
         mpa_draft_rtr: bool {
             default: false,
-            description: "Use the 2007 seed draft's Rtr frame: MPA Rev 1 where S means 'Rtr frame follows'; the Initiator sends an MPA ID Rtr Frame after the Reply (overrides mpa_rev and peer_to_peer)",
+            description: "Use the 2007 seed draft's Rtr frame: MPA Rev 1 where S means 'Rtr frame follows'; the Initiator sends an MPA ID Rtr Frame after the Reply (overrides mpa_rev and peer_to_peer); the start value of each new device's sysfs setting of this name",
         },
         mpa_large_fpdu: bool {
             default: true,
-            description: "Offer FPDUs larger than one TCP segment (MPA flag 0x08, the C siw's GSO_EXP) and send them, up to 64768 octets of ULPDU, when the peer offers them too",
+            description: "Offer FPDUs larger than one TCP segment (MPA flag 0x08, the C siw's GSO_EXP) and send them, up to 64768 octets of ULPDU, when the peer offers them too; the start value of each new device's sysfs setting of this name",
         },
         mpa_timeout_ms: u32 {
             default: 10000,
-            description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100)",
+            description: "Milliseconds to wait for the peer's MPA Request (passive side) or Reply (active side) before closing the connection (at least 100); the start value of each new device's sysfs setting of this name",
         },
         p2p_rtr: u32 {
             default: 7,
-            description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send (0 means 7)",
+            description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send (0 means 7); the start value of each new device's sysfs setting of this name",
         },
         zcopy_tx: bool {
             default: true,
-            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for Read Responses and unsignalled Send/Write WRs of at least a page, as the C siw does",
+            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for Read Responses and unsignalled Send/Write WRs of at least a page, as the C siw does; the start value of each new device's sysfs setting of this name",
         },
         max_mr: u32 {
             default: 262144,

@@ -14,9 +14,6 @@ use kernel::time::hrtimer::{
 };
 use kernel::time::{Delta, Monotonic};
 
-/// The shortest MPA startup timeout (`mpa_timeout_ms` below it is raised to it).
-pub(crate) const MIN_MPA_TIMEOUT_MS: u32 = 100;
-
 /// An armed timer of a CEP (MPA startup) or a connection (peer-to-peer RTR, TERMINATE
 /// deadline): dropping it cancels the timer (waiting for a running callback) and releases
 /// the reference to `T` the timer holds. Holders keep a reference of their own, so that is
@@ -30,18 +27,6 @@ where
     T: HasHrTimer<T, TimerMode = RelativeMode<Monotonic>> + Send + Sync + 'static,
     T: for<'a> HrTimerCallback<Pointer<'a> = Arc<T>>,
 {
-    /// Starts `this`'s timer to fire in `mpa_timeout_ms` (at least
-    /// [`MIN_MPA_TIMEOUT_MS`]). Module exit waits for `T` ([`crate::sys::Live`]), which
-    /// holds the handle.
-    pub(crate) fn start(this: Arc<T>) -> Self {
-        let ms = crate::module_parameters::mpa_timeout_ms
-            .value()
-            .max(MIN_MPA_TIMEOUT_MS);
-        Self {
-            _handle: this.start(Delta::from_millis(i64::from(ms))),
-        }
-    }
-
     /// Starts `this`'s timer to fire in `ms` milliseconds (0: at once).
     pub(crate) fn after(this: Arc<T>, ms: u64) -> Self {
         let ms = i64::try_from(ms).unwrap_or(i64::MAX);

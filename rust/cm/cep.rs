@@ -4,13 +4,14 @@
 //! passive (accepted by a [`Listener`]), until the connection is handed to the QP's
 //! transport ([`Conn`]) or closed.
 
-use super::{startup_config, Listener, TermSink};
-use crate::conn::Conn;
+use super::{Listener, TermSink};
+use crate::conn::{Conn, Terms};
 use crate::device::{Device, Stat, Stats};
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::startup::{Action, Startup, Status};
 use crate::limits::MAX_IRD_ORD;
 use crate::logtag::Tag;
+use crate::settings::Snapshot;
 use crate::sys::ibdev::{CepOps, IbDevice};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId, ConnParam};
 use crate::sys::net::socket::{
@@ -66,6 +67,8 @@ struct Inner {
     timer: Option<Armed<Cep>>,
     /// The device's counters.
     stats: Arc<Stats>,
+    /// The device's settings when the CEP started.
+    settings: Snapshot,
 }
 
 impl Inner {
@@ -121,6 +124,7 @@ impl Cep {
         id: Option<CmId<Device>>,
         listener: Option<Arc<Listener>>,
         stats: Arc<Stats>,
+        settings: Snapshot,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
@@ -136,6 +140,7 @@ impl Cep {
                     ord: 0,
                     timer: None,
                     stats,
+                    settings,
                 }),
                 work <- new_work!("rsiw_cep"),
                 timer <- HrTimer::new(),
@@ -148,12 +153,14 @@ impl Cep {
 
     /// A connection accepted by `listener`: waits for the peer's MPA Request.
     pub(super) fn passive(listener: Arc<Listener>, mut sock: Socket, lsock: &Socket) -> Result {
+        let (stats, settings) = listener
+            .id
+            .with_device(|d| (d.stats(), d.settings.snapshot()));
         let startup = KBox::new(
-            Startup::responder(startup_config(0x3FFE, 0x3FFE)).map_err(|_| EINVAL)?,
+            Startup::responder(settings.startup_config(0x3FFE, 0x3FFE)).map_err(|_| EINVAL)?,
             GFP_KERNEL,
         )?;
         let addrs = (sock.local_addr()?, sock.peer_addr()?);
-        let stats = listener.id.with_device(|d| d.stats());
         stats.count(Stat::IncomingConnections, 1);
         pr_dbg!(
             "{}: incoming TCP connection to {}, waiting for its MPA Request",
@@ -162,7 +169,13 @@ impl Cep {
                 .with_device(|d| Tag::new(d, None, Some(&addrs.1))),
             addrs.0
         );
-        let cep = Self::new(CepState::AwaitRequest, None, Some(listener.clone()), stats)?;
+        let cep = Self::new(
+            CepState::AwaitRequest,
+            None,
+            Some(listener.clone()),
+            stats,
+            settings,
+        )?;
         if !listener.adopt(&cep) {
             return Err(ECONNABORTED);
         }
@@ -186,7 +199,8 @@ impl Cep {
         let ndev = dev.netdev().ok_or(ENODEV)?;
         let ird = param.ird.min(MAX_IRD_ORD);
         let ord = param.ord.min(MAX_IRD_ORD);
-        let cfg = startup_config(ird, ord);
+        let settings = dev.settings.snapshot();
+        let cfg = settings.startup_config(ird, ord);
         let startup = Startup::initiator(cfg, &param.private_data).map_err(|e| {
             pr_warn_ratelimited!(
                 "{}: connect: cannot build the MPA Request ({e:?})\n",
@@ -215,7 +229,7 @@ impl Cep {
             tag(),
             addrs.0
         );
-        let cep = Self::new(CepState::AwaitReply, Some(id), None, dev.stats())?;
+        let cep = Self::new(CepState::AwaitReply, Some(id), None, dev.stats(), settings)?;
         sock.attach(cep.clone(), None)?;
         {
             let mut g = cep.inner.lock();
@@ -308,7 +322,13 @@ impl Cep {
             CmEventKind::ConnectReply => n.private_data.as_slice(),
             _ => &[],
         };
-        Conn::establish(qp, sock, &mut g.id, &n, ird, ord, |id| {
+        let terms = Terms {
+            n: &n,
+            settings: g.settings,
+            ird,
+            ord,
+        };
+        Conn::establish(qp, sock, &mut g.id, &terms, |id| {
             let ev = CmEvent {
                 kind,
                 status: 0,
@@ -406,12 +426,12 @@ impl Cep {
         }
     }
 
-    /// Starts the MPA startup timer (`mpa_timeout_ms`, at least [`MIN_MPA_TIMEOUT_MS`])
-    /// for the state just entered: the peer's Request or Reply must arrive in time.
+    /// Starts the MPA startup timer (the device's `mpa_timeout_ms`) for the state just
+    /// entered: the peer's Request or Reply must arrive in time.
     fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
         // Always armed: a half-open connection must end before the module can unload
         // (its socket callbacks are module code).
-        g.timer = Some(Armed::start(this.clone()));
+        g.timer = Some(Armed::after(this.clone(), g.settings.timeout_ms()));
     }
 
     /// Its listener is being destroyed: closes the CEP, silently, if it still waits for

@@ -455,7 +455,7 @@ impl Conn {
         let Some((kind, payload)) = g.job.as_mut() else {
             return Err(EINVAL);
         };
-        let zcopy = zero_copy(kind, payload);
+        let zcopy = this.zcopy_tx && zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
         let bufs = core::mem::replace(&mut g.spare, FpduBufs::new());
         let mut sink = FpduSink::new(bufs, payload, 128.min(cap))?;
@@ -470,17 +470,14 @@ impl Conn {
     }
 }
 
-/// Whether the payload of the message `kind` sends goes to TCP by page reference (module
-/// parameter `zcopy_tx`): TCP then reads the memory when it (re)transmits, not when rsiw
-/// queues it. Allowed, as in the C siw, where no completion tells the consumer that the
+/// Whether the payload of the message `kind` sends may go to TCP by page reference (if the
+/// connection's `zcopy_tx` is on): TCP then reads the memory when it (re)transmits, not
+/// when rsiw queues it. Allowed, as in the C siw, where no completion tells the consumer that the
 /// buffer is free again when the last octet is queued: a Read Response (the peer's Read
 /// completes only once the data arrived) and an unsignalled Send or Write, and only for
 /// payloads of at least a page (a smaller one costs less to copy than to splice).
 /// Signalled WRs and inline data are always copied.
 fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
-    if !crate::module_parameters::zcopy_tx.value() {
-        return false;
-    }
     let Payload::Pieces { list, .. } = payload else {
         return false;
     };

@@ -19,7 +19,7 @@ pub(super) struct TxFpdu {
     len: usize,
     sent: usize,
     last: bool,
-    /// Payload pages go to TCP by reference (module parameter `zcopy_tx`), not copied.
+    /// Payload pages go to TCP by reference (the connection's `zcopy_tx` setting), not copied.
     zcopy: bool,
 }
 

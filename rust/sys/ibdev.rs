@@ -29,6 +29,9 @@ pub(crate) use ops::{
 };
 pub(crate) use registry::Registry;
 
+/// The most sysfs attributes a device type can have ([`DeviceOps::ATTRS`]).
+pub(crate) const MAX_ATTRS: usize = bindings::RSIW_MAX_ATTRS as usize;
+
 use super::bindings;
 use super::idtable::RawIdTable;
 use super::net::netdev::{NetDev, NetDevRef};
@@ -50,6 +53,8 @@ pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
     /// The device's QPs by number (see `ibdev/qp.rs`).
     pub(super) qps: RawIdTable,
+    /// The sysfs attributes of [`DeviceOps::ATTRS`] (the core's `ops.device_group`).
+    attrs: Opaque<bindings::rsiw_attr_group>,
     data: T,
 }
 
@@ -274,7 +279,34 @@ impl<T: DeviceOps> NewDevice<T> {
                 1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
         }
         // INVARIANT: allocated, data initialised, ops installed, not registered.
-        Ok(Self { ptr: this })
+        let mut dev = Self { ptr: this };
+        dev.install_attrs()?;
+        Ok(dev)
+    }
+
+    /// Makes [`DeviceOps::ATTRS`] the device's sysfs attributes.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` for more than [`MAX_ATTRS`] attributes.
+    fn install_attrs(&mut self) -> Result {
+        const { assert!(T::ATTRS.len() <= MAX_ATTRS) };
+        // SAFETY: the unregistered device is exclusively ours (type invariant); `attrs`
+        // lies in it and lives until the core frees the device.
+        unsafe {
+            let g = (*self.ptr.as_ptr()).attrs.get();
+            bindings::rsiw_attr_group_init(self.raw(), g);
+            for name in T::ATTRS {
+                // The names are `'static`.
+                super::to_result(bindings::rsiw_attr_group_add(
+                    g,
+                    name.as_char_ptr(),
+                    Some(IbDevice::<T>::show_attr_c),
+                    Some(IbDevice::<T>::store_attr_c),
+                ))?;
+            }
+        }
+        Ok(())
     }
 
     fn ops() -> &'static bindings::ib_device_ops {

@@ -244,10 +244,17 @@ def cm_dev_with(dummy, params):
     unload_rsiw()
 
 
-@pytest.fixture
-def cm_dev_timeout(dummy):
-    """rsiw0 with a 2 s MPA startup timeout (`mpa_timeout_ms`)."""
-    yield from cm_dev_with(dummy, f"mpa_timeout_ms={MPA_TIMEOUT_MS}")
+@pytest.fixture(params=["parameter", "sysfs"])
+def cm_dev_timeout(dummy, request):
+    """rsiw0 with a 2 s MPA startup timeout: the module parameter `mpa_timeout_ms`, or the
+    device's own setting written after `rdma link add` (the parameter left at 10 s)."""
+    if request.param == "parameter":
+        yield from cm_dev_with(dummy, f"mpa_timeout_ms={MPA_TIMEOUT_MS}")
+        return
+    for dev in cm_dev_with(dummy, ""):
+        with open(f"/sys/class/infiniband/{dev}/mpa_timeout_ms", "w") as f:
+            f.write(str(MPA_TIMEOUT_MS))
+        yield dev
 
 
 def test_silent_initiator_times_out_at_the_listener(cm_dev_timeout):

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """rsiw as an RDMA device: module load, `rdma link`, device and port attributes,
 teardown paths, coexistence with the C siw, and bad input."""
+import errno
 import os
 import re
 
@@ -282,10 +283,82 @@ def test_link_add_autoloads_module(dummy):
 
 
 def test_parameters_are_not_in_sysfs(rsiw):
-    """The parameters are load-time only: Rust module parameters have no sysfs files
-    (Documentation/rsiw.rst, *Module parameters*)."""
+    """The module parameters are load-time only: Rust module parameters have no sysfs
+    files; a device's settings are files in its own directory (test_settings_per_device,
+    Documentation/rsiw.rst, *Module parameters*)."""
     assert os.path.isdir("/sys/module/rsiw")
     assert not os.path.exists("/sys/module/rsiw/parameters")
+
+
+SETTINGS = {"mpa_rev": 2, "mpa_crc": 0, "mpa_markers": 0, "peer_to_peer": 0, "p2p_rtr": 7,
+            "mpa_draft_rtr": 0, "mpa_large_fpdu": 1, "mpa_timeout_ms": 10000, "zcopy_tx": 1}
+"""The per-device settings with the module's default parameters."""
+
+
+def settings_of(dev):
+    """{name: value} of the settings files in `dev`'s sysfs directory; checks their mode."""
+    out = {}
+    for name in SETTINGS:
+        path = f"/sys/class/infiniband/{dev}/{name}"
+        assert os.stat(path).st_mode & 0o777 == 0o644, path
+        with open(path) as f:
+            out[name] = int(f.read())
+    return out
+
+
+def write_setting(dev, name, text):
+    with open(f"/sys/class/infiniband/{dev}/{name}", "w") as f:
+        f.write(text)
+
+
+def test_settings_per_device(dummy):
+    """`rdma link add` gives each device the module parameters' values (brought into
+    range) as files in its sysfs directory; a write changes that device only and reads
+    back; a value a setting does not take fails with EINVAL and a message naming the
+    device, the setting and the value, and changes nothing; a device added again starts
+    from the module parameters."""
+    unload_rsiw()
+    load_rsiw("mpa_crc=1 mpa_timeout_ms=50 p2p_rtr=9 zcopy_tx=0")
+    make_dummy("rsdum1", "10.91.1.1/24")
+    try:
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        sh("rdma link add rsiw1 type rsiw netdev rsdum1")
+        want = dict(SETTINGS, mpa_crc=1, mpa_timeout_ms=100, p2p_rtr=1, zcopy_tx=0)
+        assert settings_of("rsiw0") == want
+        assert settings_of("rsiw1") == want
+        changes = {"mpa_rev": ("1\n", 1), "mpa_markers": ("y", 1), "mpa_crc": ("N\n", 0),
+                   "peer_to_peer": ("1", 1), "p2p_rtr": ("0", 0), "mpa_draft_rtr": ("Y", 1),
+                   "mpa_large_fpdu": ("0", 0), "mpa_timeout_ms": ("4294967295", 2**32 - 1),
+                   "zcopy_tx": ("1\n", 1)}
+        for name, (text, _) in changes.items():
+            write_setting("rsiw0", name, text)
+        assert settings_of("rsiw0") == {k: v for k, (_, v) in changes.items()}
+        assert settings_of("rsiw1") == want
+        bad = [("mpa_rev", "3", "is not in 1..=2"), ("mpa_rev", "0", "is not in 1..=2"),
+               ("mpa_rev", "\n", "is not a decimal number"),
+               ("mpa_crc", "2", "is not 0 or 1"), ("mpa_crc", "yes", "is not 0 or 1"),
+               ("p2p_rtr", "8", "is not in 0..=7"), ("p2p_rtr", "-1", "is not a decimal"),
+               ("mpa_timeout_ms", "99", "is not in 100..=4294967295"),
+               ("mpa_timeout_ms", "4294967296", "is not a decimal number"),
+               ("mpa_timeout_ms", "1e3", "is not a decimal number"),
+               ("zcopy_tx", "on", "is not 0 or 1")]
+        for name, text, cause in bad:
+            mark = dmesg_mark()
+            with pytest.raises(OSError) as e:
+                write_setting("rsiw1", name, text)
+            assert e.value.errno == errno.EINVAL, (name, text, e.value)
+            log = dmesg_since(mark)
+            assert any("rsiw1" in l and f"{name}: '{text.rstrip()}' {cause}" in l
+                       for l in log), (name, text, log)
+        assert settings_of("rsiw1") == want
+        sh("rdma link del rsiw0")
+        sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+        assert settings_of("rsiw0") == want
+    finally:
+        for dev in ("rsiw0", "rsiw1"):
+            sh(f"rdma link del {dev}", check=False)
+        del_link("rsdum1")
+        unload_rsiw()
 
 
 def test_max_ucontext_is_enforced(dummy):

@@ -1044,6 +1044,76 @@ def test_large_fpdus_two_ns(two_rsiw, procs, tmp_path, params, large):
     report(errs)
 
 
+def setting(dev, name, value=None):
+    """Reads (returns an int) or writes the per-device setting `name` of `dev` in its
+    sysfs directory."""
+    path = f"/sys/class/infiniband/{dev}/{name}"
+    if value is not None:
+        with open(path, "w") as f:
+            f.write(f"{value}\n")
+    with open(path) as f:
+        return int(f.read())
+
+
+def mpa_frames(d):
+    """[(kind, revision, C, M)] of the MPA Requests and Replies of a decoded capture."""
+    flag = {"True": 1, "False": 0, "1": 1, "0": 0}
+    return [("Request" if r.get("iwarp_mpa.key.req") else "Reply",
+             int(r.get("iwarp_mpa.rev", -1)), flag.get(r.get("iwarp_mpa.crc_flag")),
+             flag.get(r.get("iwarp_mpa.marker_flag")))
+            for r in d["req"] + d["rep"]]
+
+
+def test_device_settings_two_ns(two_rsiw, procs, tmp_path):
+    """Two rsiw devices with different settings, each changed through its sysfs files
+    after `rdma link add` (which copied the module parameters, here mpa_crc=1 for both):
+    rsiw0 asks for no CRC and for markers, rsiw1 keeps CRC. rping -V runs with rsiw1 as
+    the Initiator, then rsiw0 gets mpa_rev 1 and is the Initiator. tshark shows each MPA
+    Request and Reply carrying its own device's settings: the Initiator's revision (the
+    second connection sees the change made after the first), C from the sender's mpa_crc
+    (CRC is then used, as one side asks), M from the side that wants markers; every FPDU
+    has a good CRC and markers are decoded."""
+    if STANDIN:
+        pytest.skip("the C siw has no per-device settings")
+    two_rsiw("mpa_crc=1")
+    for dev in (DUT, DUT2):
+        assert (setting(dev, "mpa_rev"), setting(dev, "mpa_crc"),
+                setting(dev, "mpa_markers")) == (2, 1, 0), dev
+    assert (setting(DUT, "mpa_crc", 0), setting(DUT, "mpa_markers", 1)) == (0, 1)
+    assert (setting(DUT2, "mpa_rev"), setting(DUT2, "mpa_crc")) == (2, 1)
+    errs = []
+    # (Initiator, its namespace, its address), (Responder, ...), want [(kind, rev, C, M)].
+    runs = [((DUT2, NS_B, IP_B), (DUT, NS_A, IP_A),
+             [("Request", 2, 1, 0), ("Reply", 2, 0, 1)]),
+            ((DUT, NS_A, IP_A), (DUT2, NS_B, IP_B),
+             [("Request", 1, 0, 1), ("Reply", 1, 1, 0)])]
+    for (c_dev, c_ns, c_ip), (s_dev, s_ns, s_ip), want in runs:
+        if c_dev == DUT:
+            assert setting(DUT, "mpa_rev", 1) == 1
+        p = port()
+        name = f"rping {c_dev}->{s_dev}"
+        server, client = rping_argvs(s_ip, p, 5, c_ip)
+        cap = Capture(procs, tmp_path / f"{c_dev}.pcap", VETH_A, NS_A, f"tcp port {p}")
+        res = pair(procs, tmp_path, f"rping-{c_dev}", server, client, s_dev, s_ip, p,
+                   s_ns, c_ns)
+        cap.stop()
+        errs += check_rping(name, 5, *res)
+        d = decode(cap.path)
+        got = mpa_frames(d)
+        print(f"{name}: MPA (kind, rev, C, M) {got}, {d['fpdus']} FPDUs, "
+              f"{d['good_crc']} good CRC, {d['markers']} markers")
+        if got != want:
+            errs.append(f"{name}: MPA frames (kind, rev, C, M) {got}, want {want}")
+        if d["bad_crc"] or d["good_crc"] < d["fpdus"] or not d["fpdus"]:
+            errs.append(f"{name}: {d['good_crc']} good and {d['bad_crc']} bad CRC32 for "
+                        f"{d['fpdus']} FPDUs, want every FPDU with a good CRC")
+        if not d["markers"]:
+            errs.append(f"{name}: markers asked for, none decoded")
+        if d["malformed"] or d["bad"]:
+            errs.append(f"{name}: {d['malformed']} malformed:\n" + "\n".join(d["bad"]))
+    report(errs)
+
+
 TOS = 0x68
 """The type of service test_tos_loopback sets: DSCP 26 (AF31), ECN bits 0."""
 

@@ -283,3 +283,70 @@ pub(crate) fn ib_mtu(mtu: u32) -> bindings::ib_mtu {
         _ => bindings::ib_mtu_IB_MTU_256,
     }
 }
+
+impl<T: DeviceOps> IbDevice<T> {
+    /// The `show` of the sysfs attributes of [`DeviceOps::ATTRS`].
+    ///
+    /// # Safety
+    ///
+    /// Called only by the C shim's attribute `show`, for an attribute that
+    /// `NewDevice::install_attrs` added to a live device of this type, with the sysfs
+    /// buffer of `PAGE_SIZE` octets.
+    pub(super) unsafe extern "C" fn show_attr_c(
+        raw: *mut bindings::ib_device,
+        index: kernel::ffi::c_uint,
+        buf: *mut kernel::ffi::c_char,
+    ) -> isize {
+        // SAFETY: sysfs removes the attributes before the core frees the device, and waits
+        // for running reads; the device is of this type (caller).
+        let dev = unsafe { Self::from_raw(raw) };
+        let v = T::show_attr(dev, index as usize);
+        let mut text = [0u8; 11];
+        let n = decimal_line(v, &mut text);
+        // SAFETY: `buf` holds `PAGE_SIZE` octets, more than the 11 of `text`.
+        unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n) };
+        n as isize
+    }
+
+    /// The `store` of the sysfs attributes of [`DeviceOps::ATTRS`].
+    ///
+    /// # Safety
+    ///
+    /// Called only by the C shim's attribute `store`, for an attribute that
+    /// `NewDevice::install_attrs` added to a live device of this type, with the `count`
+    /// octets written at `buf`.
+    pub(super) unsafe extern "C" fn store_attr_c(
+        raw: *mut bindings::ib_device,
+        index: kernel::ffi::c_uint,
+        buf: *const kernel::ffi::c_char,
+        count: usize,
+    ) -> isize {
+        // SAFETY: as in `show_attr_c`.
+        let dev = unsafe { Self::from_raw(raw) };
+        // SAFETY: sysfs passes `count` readable octets at `buf` for this call.
+        let text = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), count) };
+        match T::store_attr(dev, index as usize, text) {
+            Ok(()) => count as isize,
+            Err(e) => e.to_errno() as isize,
+        }
+    }
+}
+
+/// Writes `v` in decimal and a newline to the start of `out`; returns the octets written.
+fn decimal_line(mut v: u32, out: &mut [u8; 11]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for (o, d) in out.iter_mut().zip(digits[..n].iter().rev()) {
+        *o = *d;
+    }
+    out[n] = b'\n';
+    n + 1
+}

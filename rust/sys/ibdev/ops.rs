@@ -66,6 +66,21 @@ pub(crate) trait DeviceOps: Objects {
     /// `get_hw_stats`: writes the current value of each counter of [`Self::HW_STATS`] on
     /// port 1 into `values`, in the same order (`values` may be shorter).
     fn hw_stats(dev: &IbDevice<Self>, values: &mut [u64]);
+
+    /// The device's settings: one read-write file (mode 0644) per name in its sysfs
+    /// directory, `/sys/class/infiniband/<dev>/<name>`, at most
+    /// [`super::MAX_ATTRS`] of them.
+    const ATTRS: &'static [&'static CStr];
+    /// A read of the file of setting `index` of [`Self::ATTRS`]: its value, which the file
+    /// shows in decimal followed by a newline.
+    fn show_attr(dev: &IbDevice<Self>, index: usize) -> u32;
+    /// A write of `text` (the octets written, a trailing newline included) to the file of
+    /// setting `index` of [`Self::ATTRS`].
+    ///
+    /// # Errors
+    ///
+    /// The errno the writer gets, typically `EINVAL` for a value the setting does not take.
+    fn store_attr(dev: &IbDevice<Self>, index: usize, text: &[u8]) -> Result;
 }
 
 /// The identity and limits of a device, as `query_device` reports them. Every rsiw
