@@ -70,7 +70,7 @@ module! {
         },
         mpa_rev: u32 {
             default: 2,
-            description: "MPA revision to request: 1 (RFC 5044) or 2 (RFC 6581, enhanced IRD/ORD and RTR); the start value of each new device's sysfs setting of this name",
+            description: "MPA revision to request: 0 (RDMA Consortium protocols, RFC 5044 Appendix C: version 0 DDP/RDMAP, markers and CRC), 1 (RFC 5044) or 2 (RFC 6581, enhanced IRD/ORD and RTR); the start value of each new device's sysfs setting of this name",
         },
         mpa_crc: bool {
             default: false,

@@ -24,7 +24,8 @@ pub(crate) const MIN_MPA_TIMEOUT_MS: u32 = 100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 enum Setting {
-    /// MPA revision to request: 1 (RFC 5044) or 2 (RFC 6581).
+    /// MPA revision to request: 0 (RDMA Consortium, RFC 5044 Appendix C), 1 (RFC 5044) or
+    /// 2 (RFC 6581).
     MpaRev,
     /// Ask for MPA CRC32c (0/1).
     MpaCrc,
@@ -87,7 +88,7 @@ enum Kind {
 impl Setting {
     fn kind(self) -> Kind {
         match self {
-            Self::MpaRev => Kind::Range(1, 2),
+            Self::MpaRev => Kind::Range(0, 2),
             Self::P2pRtr => Kind::Range(0, 7),
             Self::MpaTimeoutMs => Kind::Range(MIN_MPA_TIMEOUT_MS, u32::MAX),
             _ => Kind::Flag,
@@ -100,7 +101,7 @@ impl Setting {
         match self {
             // Any other value has always meant revision 2.
             Self::MpaRev => match p::mpa_rev.value() {
-                1 => 1,
+                r @ (0 | 1) => r,
                 _ => 2,
             },
             Self::MpaCrc => p::mpa_crc.value().into(),
@@ -232,10 +233,13 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     /// The MPA startup configuration for the Read depths `ird` and `ord` (the Responder
-    /// passes the largest, 0x3FFE, and learns the consumer's at accept).
+    /// passes the largest, 0x3FFE, and learns the consumer's at accept). Revision 0 is the
+    /// engine's [`Mode::Rdmac`]: only then are Rev 0 peers accepted.
     pub(crate) fn startup_config(&self, ird: u32, ord: u32) -> Config {
         let mode = if self.draft_rtr {
             Mode::DraftRtr { rtr: true }
+        } else if self.mpa_rev == 0 {
+            Mode::Rdmac
         } else if self.mpa_rev == 1 {
             Mode::Basic
         } else {
@@ -251,7 +255,7 @@ impl Snapshot {
             crc: self.crc,
             markers: self.markers,
             large_fpdu: self.large_fpdu,
-            permissive_rev0: false,
+            permissive_rev0: self.mpa_rev == 0,
         }
     }
 

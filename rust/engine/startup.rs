@@ -134,18 +134,21 @@ impl Startup {
                 )
             }
             Mode::DraftRtr { rtr } => (1, None, rtr),
+            Mode::Rdmac => (0, None, false),
         };
         s.sent_rev = rev;
+        // A Rev 0 Request asks for markers and CRC and has no L or P (Appendix C.2.4).
+        let rev0 = rev == 0;
         let repr = Repr {
             kind: FrameKind::Request,
-            markers: cfg.markers,
-            crc: cfg.crc,
+            markers: cfg.markers || rev0,
+            crc: cfg.crc || rev0,
             reject: false,
             rev,
             enhanced,
             rtr_flag,
-            large_fpdu: cfg.large_fpdu,
-            echo_probe: cfg.large_fpdu,
+            large_fpdu: cfg.large_fpdu && !rev0,
+            echo_probe: cfg.large_fpdu && !rev0,
             private_data,
         };
         s.queue(&repr)?;
@@ -386,7 +389,7 @@ impl Startup {
 
     fn check_rev(&self, rev: u8) -> Result<(), StartupError> {
         let ok = match rev {
-            0 => self.cfg.permissive_rev0,
+            0 => self.cfg.permissive_rev0 || self.cfg.mode == Mode::Rdmac,
             r => r <= self.max_rev(),
         };
         if ok {

@@ -1114,6 +1114,106 @@ def test_device_settings_two_ns(two_rsiw, procs, tmp_path):
     report(errs)
 
 
+# --- Rev 0: the RDMA Consortium protocols (RFC 5044 Appendix C) ----------------------
+
+@pytest.mark.parametrize("crc,markers", [(0, 0), (1, 1)], ids=["asked-none", "asked-both"])
+def test_rev0_loopback(loop_dev, procs, tmp_path, crc, markers):
+    """rsiw <-> rsiw with mpa_rev=0: the Request and the Reply are Rev 0 with M and C set
+    whatever mpa_crc and mpa_markers ask (Appendix C, Figure 14), markers and CRC run in
+    both directions with DDP/RDMAP version 0; rping -V verifies the data, tshark checks
+    every CRC and decodes the markers, and perftest (Send, Write, Read) runs once (the wire
+    is the same for both parameter sets)."""
+    if STANDIN:
+        pytest.skip("the C siw does not initiate Rev 0")
+    addr = loop_dev(f"mpa_rev=0 mpa_crc={crc} mpa_markers={markers}")
+    assert setting(DUT, "mpa_rev") == 0
+    p = port()
+    server, client = rping_argvs(addr, p, 20)
+    cap = Capture(procs, tmp_path / "rev0.pcap", "lo", None, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
+    cap.stop()
+    errs = check_rping("rping", 20, *res)
+    if not errs:
+        d = decode(cap.path)
+        errs += check_decode("rev 0 capture", d, 0, True, markers=True)
+        versions = ddp_rdmap_versions(cap.path)
+        if versions != {(0, 0)}:
+            errs.append(f"(DDP, RDMAP) versions on the wire {versions}, want only (0, 0)")
+    for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw") if not crc else ():
+        errs += run_perftest(procs, tmp_path, tool, (DUT, DUT), addr, DUT)
+    report(errs)
+
+
+def ddp_rdmap_versions(pcap):
+    """{(DDP version, RDMAP version)} of the FPDUs of a capture."""
+    p = subprocess.run(TSHARK + ["-r", str(pcap), "-Y", "iwarp_ddp_rdmap", "-T", "fields",
+                                 "-e", "iwarp_ddp.dv", "-e", "iwarp_rdma.version"],
+                       capture_output=True, text=True, timeout=T_TOOL)
+    assert p.returncode == 0, f"tshark failed ({p.returncode}):\n{p.stderr}"
+    out = set()
+    for line in p.stdout.splitlines():
+        for dv, rv in zip(*(f.split(",") for f in line.split("\t"))):
+            out.add((int(dv, 0), int(rv, 0)))
+    return out
+
+
+def check_refused(name, res, cout_hint):
+    """Failure messages unless the client of `res` failed by itself, without data."""
+    src, sout, crc, cout = res
+    if crc is None:
+        return [f"{name}: the client hung on a refused connection:\n{cout[-2000:]}"]
+    if crc == 0 or "ping data" in cout:
+        return [f"{name}: {cout_hint}:\n{cout[-2000:]}"]
+    return []
+
+
+def test_rev0_between_devices(two_rsiw, procs, tmp_path):
+    """Rev 0 per device across a 1500-octet link: an RDMAC Initiator (rsiw1, mpa_rev 0)
+    is refused cleanly by an IETF-only Responder (rsiw0 with revision 2, then 1: the
+    Responder closes, the client's connect fails, nothing hangs); once rsiw0 takes Rev 0
+    too, rping -V runs in version 0 both ways."""
+    if STANDIN:
+        pytest.skip("the C siw does not initiate Rev 0")
+    two_rsiw()
+    assert setting(DUT2, "mpa_rev", 0) == 0
+    errs = []
+    for rev in (2, 1, 0):
+        assert setting(DUT, "mpa_rev", rev) == rev
+        p = port()
+        server, client = rping_argvs(IP_A, p, 10, IP_B)
+        res = pair(procs, tmp_path, f"rping-rev{rev}", server, client, DUT, IP_A, p, NS_A,
+                   NS_B, client_timeout=60)
+        name = f"rping rev 0 -> rev {rev}"
+        if rev:
+            errs += check_refused(name, res, "an IETF-only Responder accepted Rev 0")
+        else:
+            errs += check_rping(name, 10, *res)
+    c = port_counters(DUT)
+    print(f"{DUT}: {c}")
+    report(errs)
+
+
+def test_rev0_to_siw_is_refused(two_ns, procs, tmp_path):
+    """An rsiw Initiator with mpa_rev=0 and the C siw as Responder: siw refuses the
+    Request (it answers M=1 with a reject), the client's connect fails cleanly and
+    siw's server is left intact."""
+    if STANDIN:
+        pytest.skip("the C siw does not initiate Rev 0")
+    two_ns("mpa_rev=0")
+    p = port()
+    server, client = rping_argvs(IP_B, p, 10, IP_A)
+    cap = Capture(procs, tmp_path / "rev0-siw.pcap", VETH_A, NS_A, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, PEER, IP_B, p, NS_B, NS_A,
+               client_timeout=60)
+    cap.stop()
+    errs = check_refused("rping rsiw(rev 0) -> siw", res, "siw accepted a Rev 0 Request")
+    frames = mpa_frames(decode(cap.path))
+    print(f"MPA (kind, rev, C, M): {frames}")
+    if not frames or frames[0][:2] != ("Request", 0):
+        errs.append(f"want a Rev 0 Request first, got {frames}")
+    report(errs)
+
+
 TOS = 0x68
 """The type of service test_tos_loopback sets: DSCP 26 (AF31), ECN bits 0."""
 

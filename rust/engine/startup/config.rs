@@ -19,6 +19,13 @@ pub enum Mode {
         /// Use (Initiator) or support (Responder) the Rtr frame.
         rtr: bool,
     },
+    /// RFC 5044 Appendix C, the RDMA Consortium's protocols: the Initiator sends a Rev 0
+    /// Request with M and C set, whatever [`Config::crc`] and [`Config::markers`] say
+    /// (Figure 14), and accepts only a Rev 0 Reply: DDP and RDMAP version 0, markers and
+    /// CRC in both directions, the seed FPDUPTR (§C.2.4). The Responder is a permissive
+    /// IETF RNIC of Rev 1: a Rev 0 Request gets a Rev 0 Reply with M and C set, a Rev 1
+    /// Request a Rev 1 Reply as in [`Mode::Basic`], a Rev 2 Request is refused.
+    Rdmac,
 }
 
 /// Local resources and wishes for RFC 6581 negotiation.
@@ -52,7 +59,8 @@ pub struct Config {
     /// the peer offered them too.
     pub large_fpdu: bool,
     /// Accept Rev 0 (RDMAC) peers: DDP/RDMAP version 0, markers and CRC in both directions,
-    /// seed FPDUPTR convention (RFC 5044 Appendix C "permissive IETF RNIC").
+    /// seed FPDUPTR convention (RFC 5044 Appendix C "permissive IETF RNIC"). Implied by
+    /// [`Mode::Rdmac`].
     pub permissive_rev0: bool,
 }
 

@@ -533,6 +533,124 @@ fn rev0_permissive_app_c() {
     );
 }
 
+const RDMAC: Config = Config {
+    mode: Mode::Rdmac,
+    ..BASIC
+};
+
+/// The RDMAC mode (Appendix C): whatever the local C and M wishes, the Initiator's Request
+/// is Rev 0 with M and C and no L/P; two RDMAC endpoints run version 0 with markers and
+/// CRC both ways and the seed FPDUPTR.
+#[test]
+fn rdmac_pair_runs_rev0() {
+    let i = Startup::initiator(
+        Config {
+            large_fpdu: true,
+            ..RDMAC
+        },
+        b"pd",
+    )
+    .unwrap();
+    let req = i.tx_pending();
+    assert_eq!(&req[..16], b"MPA ID Req Frame");
+    assert_eq!(&req[16..20], &[FLAG_M | FLAG_C, 0, 0, 2]);
+    for chunk in [1, 5, 1000] {
+        let (i, r) = run(RDMAC, b"hi", RDMAC, Decide::Accept(b"yo"), chunk);
+        assert_eq!(
+            (i.status(), r.status()),
+            (Status::Established, Status::Established)
+        );
+        for n in [i.negotiated().unwrap(), r.negotiated().unwrap()] {
+            assert_eq!(
+                (n.rev, n.crc, n.markers_tx, n.markers_rx, n.fpduptr),
+                (0, true, true, true, FpduPtrBase::FpduStart)
+            );
+            assert_eq!(n.ddp_version(), 0);
+            assert!(!n.large_fpdu_tx && n.ird_ord.is_none() && !n.p2p);
+        }
+        assert_eq!(i.negotiated().unwrap().private_data.as_slice(), b"yo");
+        assert_eq!(r.negotiated().unwrap().private_data.as_slice(), b"hi");
+    }
+}
+
+/// An RDMAC Initiator with a permissive IETF Responder gets version 0 (Figure 16); with a
+/// non-permissive one (Rev 1 or Rev 2 only) the Responder closes on the Rev 0 Request
+/// (Figure 15), and a Rev 1 Reply, which such a Responder may send before it closes
+/// (§C.2.1), makes the Initiator close too.
+#[test]
+fn rdmac_initiator_with_ietf_responders() {
+    let perm = Config {
+        permissive_rev0: true,
+        ..BASIC
+    };
+    let (i, r) = run(RDMAC, b"", perm, Decide::Accept(b""), 3);
+    assert_eq!(
+        (i.status(), r.status()),
+        (Status::Established, Status::Established)
+    );
+    assert_eq!(
+        (i.negotiated().unwrap().rev, r.negotiated().unwrap().rev),
+        (0, 0)
+    );
+    for rc in [BASIC, enh(4, 4, false, RtrSet::ALL), draft(true)] {
+        let (i, r) = run(RDMAC, b"", rc, Decide::Accept(b""), 7);
+        assert!(
+            matches!(r.status(), Status::Failed(e) if e.reason == Reason::RevUnsupported(0)
+                && e.action == Action::Close),
+            "{rc:?}: {:?}",
+            r.status()
+        );
+        assert_eq!(i.status(), Status::AwaitingReply);
+        assert!(r.tx_pending().is_empty());
+    }
+    let mut i = Startup::initiator(RDMAC, b"").unwrap();
+    assert_eq!(
+        i.feed(&reply_bytes(FLAG_M | FLAG_C, 1, b""))
+            .unwrap_err()
+            .reason,
+        Reason::RevUnsupported(1)
+    );
+    assert!(i.negotiated().is_none());
+    // A reject in Rev 0 is a reject.
+    let mut i = Startup::initiator(RDMAC, b"").unwrap();
+    i.feed(&reply_bytes(FLAG_R | FLAG_M | FLAG_C, 0, b"no"))
+        .unwrap();
+    assert_eq!(i.status(), Status::Rejected);
+}
+
+/// The RDMAC Responder serves IETF Initiators of Rev 1 as Rev 1 (its markers and CRC
+/// wishes apply) and refuses Rev 2.
+#[test]
+fn rdmac_responder_with_ietf_initiators() {
+    let rc = Config {
+        markers: true,
+        ..RDMAC
+    };
+    let (i, r) = run(BASIC, b"", rc, Decide::Accept(b""), 4);
+    assert_eq!(
+        (i.status(), r.status()),
+        (Status::Established, Status::Established)
+    );
+    let n = r.negotiated().unwrap();
+    assert_eq!(
+        (n.rev, n.crc, n.markers_rx, n.markers_tx),
+        (1, false, true, false)
+    );
+    assert_eq!(n.ddp_version(), 1);
+    let (_, r) = run(
+        enh(4, 4, false, RtrSet::ALL),
+        b"",
+        rc,
+        Decide::Accept(b""),
+        4,
+    );
+    assert!(
+        matches!(r.status(), Status::Failed(e) if e.reason == Reason::RevUnsupported(2)),
+        "{:?}",
+        r.status()
+    );
+}
+
 #[test]
 fn enhanced_responder_answers_in_kind() {
     // Rev 1 Request at an enhanced Responder: Rev 1 Reply without S (RFC 6581 §10).
@@ -651,6 +769,7 @@ fn arb_cfg() -> impl Strategy<Value = Config> {
                 rtr
             })),
         any::<bool>().prop_map(|rtr| Mode::DraftRtr { rtr }),
+        Just(Mode::Rdmac),
     ];
     (
         mode,
@@ -690,6 +809,10 @@ proptest! {
             prop_assert_eq!(ni.markers_tx, nr.markers_rx);
             prop_assert_eq!(ni.markers_rx, nr.markers_tx);
             prop_assert_eq!(ni.rev, nr.rev);
+            // An RDMAC Initiator runs version 0 or nothing (Appendix C, Figure 15).
+            if ic.mode == Mode::Rdmac {
+                prop_assert_eq!(ni.rev, 0);
+            }
             prop_assert_eq!(ni.rtr, nr.rtr);
             // Large FPDUs flow only where both offered them, and symmetrically.
             let large = ic.large_fpdu && rc.large_fpdu && ni.rev != 0;

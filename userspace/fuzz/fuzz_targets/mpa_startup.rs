@@ -8,7 +8,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rsiw_core::engine::startup::{Action, Config, EnhancedConfig, Mode, Reason, Startup, Status};
+use rsiw_core::engine::startup::{
+    Action, Config, EnhancedConfig, Mode, Reason, Role, Startup, Status,
+};
 use rsiw_core::wire::mpa::RtrSet;
 
 fn config(sel: u8, ird: u8, ord: u8, large_fpdu: bool) -> Config {
@@ -22,6 +24,7 @@ fn config(sel: u8, ird: u8, ord: u8, large_fpdu: bool) -> Config {
         1 => Mode::DraftRtr {
             rtr: sel & 0x01 != 0,
         },
+        3 => Mode::Rdmac,
         _ => Mode::Enhanced(EnhancedConfig {
             ird: if ird == 0xFF { 0x3FFF } else { u16::from(ird) },
             ord: if ord == 0xFF { 0x3FFF } else { u16::from(ord) },
@@ -109,6 +112,14 @@ fuzz_target!(|data: &[u8]| {
             if n.large_fpdu_tx {
                 assert!(cfg.large_fpdu && n.rev != 0);
                 assert!(a.peer().is_some_and(|p| p.large_fpdu));
+            }
+            // Version 0 means markers and CRC both ways; an RDMAC Initiator gets nothing
+            // else (Appendix C).
+            if n.rev == 0 {
+                assert!(n.crc && n.markers_tx && n.markers_rx && n.ddp_version() == 0);
+            }
+            if cfg.mode == Mode::Rdmac && a.role() == Role::Initiator {
+                assert_eq!(n.rev, 0);
             }
         }
         let _ = a.peer_closed();
