@@ -13,14 +13,15 @@ use crate::sys::ibdev::IbDevice;
 use crate::sys::pr_err_ratelimited;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-/// The largest CQ depth rsiw grants, in CQEs (a power of two; 8 MiB of ring).
-pub(crate) const MAX_CQE: u32 = 1 << 18;
+/// The largest CQ depth rsiw grants, in CQEs (a power of two, above the C siw's 3276800;
+/// 128 MiB of ring).
+pub(crate) const MAX_CQE: u32 = 1 << 22;
 
-/// The deepest SQ or RQ rsiw grants, in WRs (a power of two).
-pub(crate) const MAX_QP_WR: u32 = 1 << 14;
+/// The deepest SQ or RQ rsiw grants, in WRs (a power of two, the C siw's 32768).
+pub(crate) const MAX_QP_WR: u32 = 1 << 15;
 
-/// The deepest SRQ rsiw grants, in WRs (a power of two).
-pub(crate) const MAX_SRQ_WR: u32 = 1 << 16;
+/// The deepest SRQ rsiw grants, in WRs (a power of two, above the C siw's 327680).
+pub(crate) const MAX_SRQ_WR: u32 = 1 << 19;
 
 /// SGEs per work request (the siw ABI's fixed array).
 pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;

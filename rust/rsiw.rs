@@ -49,23 +49,23 @@ module! {
     alias: ["rdma-link-rsiw"],
     params: {
         max_ucontext: u32 {
-            default: 1024,
+            default: 102400,
             description: "Maximum number of user contexts (open device files) per rsiw device",
         },
         max_pd: u32 {
-            default: 65536,
+            default: 102400,
             description: "Maximum number of protection domains per rsiw device",
         },
         max_cq: u32 {
-            default: 65536,
+            default: 102400,
             description: "Maximum number of completion queues per rsiw device",
         },
         max_qp: u32 {
-            default: 65536,
+            default: 102400,
             description: "Maximum number of queue pairs per rsiw device",
         },
         max_srq: u32 {
-            default: 65536,
+            default: 102400,
             description: "Maximum number of shared receive queues per rsiw device",
         },
         mpa_rev: u32 {
@@ -105,7 +105,7 @@ module! {
             description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for Read Responses and unsignalled Send/Write WRs of at least a page, as the C siw does; the start value of each new device's sysfs setting of this name",
         },
         max_mr: u32 {
-            default: 262144,
+            default: 1024000,
             description: "Maximum number of memory regions per rsiw device",
         },
     },

@@ -101,9 +101,9 @@ def test_link_add_creates_iwarp_device(rsiw, dummy):
         assert f.read().strip() == dummy
 
     verbose = devinfo("rsiw0", verbose=True)
-    assert re.search(r"max_pd:\s+65536", verbose), verbose
-    assert re.search(r"max_qp:\s+65536\b", verbose), verbose
-    assert re.search(r"max_cqe:\s+262144\b", verbose), verbose
+    assert re.search(r"max_pd:\s+102400", verbose), verbose
+    assert re.search(r"max_qp:\s+102400\b", verbose), verbose
+    assert re.search(r"max_cqe:\s+4194304\b", verbose), verbose
 
 
 def test_port_state_follows_netdev(rsiw, dummy):

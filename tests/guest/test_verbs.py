@@ -22,9 +22,9 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 
 DEV = "rsiw0"
 # The limits rsiw advertises (rust/cq.rs, rust/qp.rs, rust/srq.rs, module parameters).
-MAX_CQE = 1 << 18
-MAX_QP_WR = 1 << 14
-MAX_SRQ_WR = 1 << 16
+MAX_CQE = 1 << 22
+MAX_QP_WR = 1 << 15
+MAX_SRQ_WR = 1 << 19
 MAX_SGE = 6
 MAX_INLINE = 80
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
@@ -83,8 +83,9 @@ def async_event(ctx, fd, timeout=10):
 
 def test_query_device_reports_limits(ctx):
     a = ctx.query_device()
-    assert a.max_qp == 65536 and a.max_cq == 65536 and a.max_srq == 65536
-    assert a.max_mr == 262144 and a.max_pd == 65536
+    # At least the C siw's (drivers/infiniband/sw/siw/siw.h).
+    assert a.max_qp == 102400 and a.max_cq == 102400 and a.max_srq == 102400
+    assert a.max_mr == 1024000 and a.max_pd == 102400
     assert a.max_cqe == MAX_CQE and a.max_qp_wr == MAX_QP_WR and a.max_srq_wr == MAX_SRQ_WR
     assert a.max_sge == MAX_SGE and a.max_srq_sge == MAX_SGE and a.max_sge_rd == 1
     # REG_MR and LOCAL_INV work requests (kernel ULPs: NVMe-oF, see test_nvmeof.py).
