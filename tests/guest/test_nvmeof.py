@@ -114,11 +114,10 @@ def nvmet_over_rdma():
     rmmod(MOD)
 
 
-def test_nvme_rdma_fio_verify(nvmet_over_rdma):
-    """nvme-rdma connects to nvmet-rdma through rsiw0; fio writes 4 KiB .. 128 KiB blocks
-    with CRC32c verification headers and reads them back; the I/O completes without
-    error and every block verifies."""
-    opts = f"transport=rdma,traddr={ADDR},trsvcid={PORT},nqn={NQN}"
+def nvme_connect(extra=""):
+    """Connects nvme-rdma to the target (fabrics options `extra` added); returns the
+    namespace's block device path once it exists."""
+    opts = f"transport=rdma,traddr={ADDR},trsvcid={PORT},nqn={NQN}{extra}"
     sh(f"echo {opts} > /dev/nvme-fabrics", timeout=300)
     wait_for(lambda: nvme_block_devices(), timeout=60, what="the NVMe namespace block device")
     dev = "/dev/" + sorted(nvme_block_devices())[0]
@@ -128,23 +127,83 @@ def test_nvme_rdma_fio_verify(nvmet_over_rdma):
         diag = sh("ls -l /dev/nvme* /sys/class/nvme/*/ /sys/block; dmesg | grep -i -E 'nvme|rsiw' | tail -40",
                   check=False).stdout
         raise AssertionError(f"{dev} did not appear:\n{diag}")
-    fio = (
-        f"fio --name=rsiw-verify --filename={dev} --direct=1 --ioengine=libaio --iodepth=8 "
-        "--rw=randwrite --bsrange=4k-128k --size=8M --verify=crc32c --do_verify=1 "
-        "--verify_fatal=1 --verify_state_save=0 --randrepeat=0 --output-format=json"
-    )
-    t0 = time.monotonic()
-    p = sh(fio, check=False, timeout=T_IO)
-    assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
+    return dev
+
+
+def fio_verify_argv(dev, size="8M"):
+    return ["fio", "--name=rsiw-verify", f"--filename={dev}", "--direct=1",
+            "--ioengine=libaio", "--iodepth=8", "--rw=randwrite", "--bsrange=4k-128k",
+            f"--size={size}", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
+            "--verify_state_save=0", "--randrepeat=0", "--output-format=json"]
+
+
+def check_fio(dev, rc, out, err, t0, size_kb):
+    """Checks a fio_verify_argv run: it exited 0, wrote and verified `size_kb` KiB."""
+    assert rc == 0, f"fio failed ({rc}):\n{out}\n{err}"
+    job = json.loads(out[out.index("{"):])["jobs"][0]
     read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
     print(f"fio on {dev}: wrote {write_kb} KiB, verified {read_kb} KiB in {time.monotonic() - t0:.0f} s")
-    assert job["error"] == 0, p.stdout
-    assert write_kb >= 8 * 1024, p.stdout
-    assert read_kb >= 8 * 1024, p.stdout
+    assert job["error"] == 0, out
+    assert write_kb >= size_kb, out
+    assert read_kb >= size_kb, out
+
+
+def test_nvme_rdma_fio_verify(nvmet_over_rdma):
+    """nvme-rdma connects to nvmet-rdma through rsiw0; fio writes 4 KiB .. 128 KiB blocks
+    with CRC32c verification headers and reads them back; the I/O completes without
+    error and every block verifies."""
+    dev = nvme_connect()
+    t0 = time.monotonic()
+    p = sh(" ".join(fio_verify_argv(dev)), check=False, timeout=T_IO)
+    check_fio(dev, p.returncode, p.stdout, p.stderr, t0, 8 * 1024)
     # Data written through the fabric landed in the target's device.
     with open(BDEV, "rb") as f:
         assert f.read(1 << 20).strip(b"\0"), f"no data reached the target's {BDEV}"
+
+
+def writes_in_flight(dev):
+    with open(f"/sys/block/{os.path.basename(dev)}/inflight") as f:
+        return int(f.read().split()[1])
+
+
+def ctrl_state(ctrl):
+    with open(f"{ctrl}/state") as f:
+        return f.read().strip()
+
+
+def test_nvme_rdma_fio_4_queues_reset(nvmet_over_rdma):
+    """nvme-rdma with 4 I/O queues (2 default, 1 write, 1 poll: the guest has 2 vCPUs,
+    which cap the default queues) through rsiw0; while fio writes and verifies, the host
+    resets the controller twice (every queue's QP is torn down and connected again): each
+    time the controller goes live again, and fio completes with every block verified."""
+    dev = nvme_connect(",nr_io_queues=2,nr_write_queues=1,nr_poll_queues=1")
+    (ctrl,) = controllers()
+    with open(f"{ctrl}/queue_count") as f:
+        queues = int(f.read())
+    assert queues == 5, f"{queues - 1} I/O queues (and the admin queue), want 4"
+    qps = sh("rdma resource show qp", check=False).stdout
+    print(qps)
+    t0 = time.monotonic()
+    fio = subprocess.Popen(fio_verify_argv(dev, "16M"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for n in range(2):
+            # Reset once fio has I/O in flight (its write phase) or when it is done.
+            wait_for(lambda: fio.poll() is not None or writes_in_flight(dev) > 0,
+                     timeout=120, what="fio's writes in flight")
+            sh(f"echo 1 > {ctrl}/reset_controller", check=False, timeout=180)
+            wait_for(lambda: ctrl_state(ctrl) == "live", timeout=180,
+                     what=f"{ctrl} live again after reset {n + 1}")
+            print(f"reset {n + 1}: live again after {time.monotonic() - t0:.0f} s "
+                  f"(fio {'running' if fio.poll() is None else 'done'})")
+        out, err = fio.communicate(timeout=T_IO)
+    finally:
+        if fio.poll() is None:
+            fio.kill()
+            fio.wait()
+    check_fio(dev, fio.returncode, out, err, t0, 16 * 1024)
+    assert ctrl_state(ctrl) == "live"
+    print(sh("dmesg | grep -E 'nvme nvme[0-9]+:' | tail -20", check=False).stdout)
 
 
 # A hostile iWARP peer against a kernel consumer: nvmet-rdma as Responder (the peer
