@@ -15,6 +15,8 @@
 #include <linux/xarray.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_netlink.h>
+#include <net/netlink.h>
 #include <rdma/uverbs_ioctl.h>
 
 #include "rsiw_helpers.h"
@@ -343,4 +345,17 @@ int rsiw_attr_group_add(struct rsiw_attr_group *g, const char *name, rsiw_attr_s
 	a->store = store;
 	g->list[i] = &a->dattr.attr;
 	return 0;
+}
+
+struct nlattr *rsiw_res_driver_begin(struct sk_buff *msg)
+{
+	return nla_nest_start_noflag(msg, RDMA_NLDEV_ATTR_DRIVER);
+}
+
+void rsiw_res_driver_end(struct sk_buff *msg, struct nlattr *table, bool ok)
+{
+	if (ok)
+		nla_nest_end(msg, table);
+	else
+		nla_nest_cancel(msg, table);
 }

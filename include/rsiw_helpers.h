@@ -18,6 +18,8 @@ struct ib_umem;
 struct module;
 struct net;
 struct net_device;
+struct nlattr;
+struct sk_buff;
 struct rdma_user_mmap_entry;
 struct scatterlist;
 struct uverbs_attr_bundle;
@@ -183,6 +185,14 @@ void rsiw_attr_group_init(struct ib_device *ibdev, struct rsiw_attr_group *g);
  * counting from 0.  Returns 0, or -ENOSPC when @g holds RSIW_MAX_ATTRS already. */
 int rsiw_attr_group_add(struct rsiw_attr_group *g, const char *name, rsiw_attr_show_t show,
 			rsiw_attr_store_t store);
+
+/*
+ * The table of driver attributes in a resource's netlink entry (fill_res_*_entry):
+ * nla_nest_start_noflag(@msg, RDMA_NLDEV_ATTR_DRIVER), NULL when the message is full;
+ * and its end, nla_nest_end() when @ok, else nla_nest_cancel() (drops what was added).
+ */
+struct nlattr *rsiw_res_driver_begin(struct sk_buff *msg);
+void rsiw_res_driver_end(struct sk_buff *msg, struct nlattr *table, bool ok);
 
 /* in_serving_softirq(): the caller runs a softirq handler (KUnit checks of the context). */
 bool rsiw_in_serving_softirq(void);

@@ -56,7 +56,7 @@ use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
 use crate::settings::Snapshot;
 use crate::stag::MrRef;
-use crate::sys::ibdev::QpRef;
+use crate::sys::ibdev::{QpRef, ResAttrs};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockLock, SockRef, Socket};
 use crate::sys::obj::{PdId, QpEvent};
@@ -65,6 +65,7 @@ use crate::sys::{pr_dbg, pr_warn_ratelimited};
 use crate::timer::Armed;
 use crate::wire::mpa::MpaErrorCode;
 use crate::wire::terminate::TermCause;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, ArcBorrow, Mutex, SpinLockIrq};
@@ -200,6 +201,15 @@ pub(crate) struct Conn {
     /// Whether payload pages go to TCP by reference where allowed (the device's
     /// `zcopy_tx` when the connection started).
     zcopy_tx: bool,
+    /// What MPA startup negotiated.
+    framing: Framing,
+    /// Octets of the FPDUs queued on the socket (RFC 5044 §4: header, ULPDU, pad,
+    /// markers, CRC).
+    tx_octets: AtomicU64,
+    /// FPDUs queued on the socket.
+    tx_fpdus: AtomicU64,
+    /// Octets read from the socket in Full Operation.
+    rx_octets: AtomicU64,
     #[pin]
     inner: Mutex<Inner>,
     /// The receive half (`rx`), taken by the socket's data-ready callback.
@@ -233,6 +243,27 @@ impl HrTimerCallback for Conn {
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
+}
+
+/// What MPA startup negotiated for a connection (RFC 5044 §7.1, RFC 6581), as its
+/// messages and `rdma resource show qp -d` report it.
+#[derive(Clone, Copy)]
+struct Framing {
+    /// MPA revision.
+    rev: u8,
+    /// CRC32c in both directions.
+    crc: bool,
+    /// Markers in the FPDUs this side sends, and in those it receives.
+    markers_tx: bool,
+    markers_rx: bool,
+    /// The RFC 6581 peer-to-peer model.
+    p2p: bool,
+    /// FPDUs beyond one TCP segment towards the peer.
+    large_fpdu: bool,
+    /// The TCP MSS when Full Operation started, in octets.
+    mss: u32,
+    /// The largest ULPDU this side sends, in octets.
+    mulpdu: u32,
 }
 
 /// What a connection starts with ([`Conn::establish`]).
@@ -282,18 +313,19 @@ impl Conn {
         let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         Self::take_over(&conn, qp, sock, id, report)?;
+        let f = &conn.framing;
         pr_dbg!(
             "{}: established: MPA revision {}, CRC {}, markers {} (sent) {} (received), \
              peer-to-peer {}, MSS {}, MULPDU {} (large FPDUs {}), IRD {}, ORD {}",
             conn.tag,
-            n.rev,
-            on_off(n.crc),
-            on_off(n.markers_tx),
-            on_off(n.markers_rx),
-            on_off(n.p2p),
-            mss,
-            n.tx_mulpdu(mss.max(MIN_EMSS)),
-            on_off(n.large_fpdu_tx),
+            f.rev,
+            on_off(f.crc),
+            on_off(f.markers_tx),
+            on_off(f.markers_rx),
+            on_off(f.p2p),
+            f.mss,
+            f.mulpdu,
+            on_off(f.large_fpdu),
             conn.ird,
             conn.ord
         );
@@ -319,6 +351,16 @@ impl Conn {
         tag: Tag,
     ) -> Result<Arc<Self>> {
         let emss = mss.max(MIN_EMSS);
+        let framing = Framing {
+            rev: n.rev,
+            crc: n.crc,
+            markers_tx: n.markers_tx,
+            markers_rx: n.markers_rx,
+            p2p: n.p2p,
+            large_fpdu: n.large_fpdu_tx,
+            mss,
+            mulpdu: n.tx_mulpdu(emss).into(),
+        };
         let pd = qp.qp().pd();
         let (ird, ord) = (cfg.ird, cfg.ord);
         let tx = DdpTx::for_connection(n, emss, false);
@@ -331,6 +373,10 @@ impl Conn {
                 ird,
                 ord,
                 zcopy_tx,
+                framing,
+                tx_octets: AtomicU64::new(0),
+                tx_fpdus: AtomicU64::new(0),
+                rx_octets: AtomicU64::new(0),
                 inner <- new_mutex!(Inner {
                     qp: None,
                     sock: None,
@@ -403,6 +449,35 @@ impl Conn {
     /// The connection's IRD and ORD (RDMA Read depths, inbound and outbound).
     pub(crate) fn ird_ord(&self) -> (u32, u32) {
         (self.ird, self.ord)
+    }
+
+    /// Writes the connection's details for `rdma resource show qp -d` to `out`: MPA
+    /// revision (`mpa_rev`), CRC (`mpa_crc`), markers sent and received
+    /// (`mpa_markers_tx`, `mpa_markers_rx`), peer-to-peer model (`p2p`), large FPDUs
+    /// towards the peer (`large_fpdu`), TCP MSS and MULPDU in octets (`mss`, `mulpdu`),
+    /// IRD and ORD (`ird`, `ord`), and the FPDUs and octets sent and received
+    /// (`tx_fpdus`, `tx_octets`, `rx_fpdus`, `rx_octets`).
+    ///
+    /// # Errors
+    ///
+    /// `EMSGSIZE` when the message is full.
+    pub(crate) fn res_attrs(&self, out: &mut ResAttrs<'_>) -> Result {
+        let f = &self.framing;
+        out.u32(c"mpa_rev", f.rev.into())?;
+        out.u32(c"mpa_crc", f.crc.into())?;
+        out.u32(c"mpa_markers_tx", f.markers_tx.into())?;
+        out.u32(c"mpa_markers_rx", f.markers_rx.into())?;
+        out.u32(c"p2p", f.p2p.into())?;
+        out.u32(c"large_fpdu", f.large_fpdu.into())?;
+        out.u32(c"mss", f.mss)?;
+        out.u32(c"mulpdu", f.mulpdu)?;
+        out.u32(c"ird", self.ird)?;
+        out.u32(c"ord", self.ord)?;
+        let rx_fpdus = self.rx.lock().session.decoder().mpa().fpdus();
+        out.u64(c"tx_fpdus", self.tx_fpdus.load(Ordering::Relaxed))?;
+        out.u64(c"tx_octets", self.tx_octets.load(Ordering::Relaxed))?;
+        out.u64(c"rx_fpdus", rx_fpdus)?;
+        out.u64(c"rx_octets", self.rx_octets.load(Ordering::Relaxed))
     }
 
     /// The session's clock: milliseconds since the connection was established.

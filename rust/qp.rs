@@ -31,7 +31,7 @@ use crate::device::Device;
 use crate::limits::Object;
 use crate::logtag::Tag;
 use crate::srq::Srq;
-use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps};
+use crate::sys::ibdev::{IbDevice, QpAttrs, QpCap, QpInit, QpModify, QpOps, ResAttrs};
 use crate::sys::mem::ring::{Ring, Tail};
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
 use crate::sys::pr_err_ratelimited;
@@ -366,5 +366,13 @@ impl QpOps<Device> for Qp {
 
     fn post_recv<'a>(qp: &IbQp<Qp>, wrs: WrList<'a, RecvWr>) -> Result<(), PostError<'a, RecvWr>> {
         Qp::post_recv_list(qp, wrs)
+    }
+
+    /// The connection's details ([`Conn::res_attrs`]); none while the QP has none.
+    fn res_attrs(qp: &IbQp<Qp>, out: &mut ResAttrs<'_>) -> Result {
+        match Self::conn(qp) {
+            Some(c) => c.res_attrs(out),
+            None => Ok(()),
+        }
     }
 }

@@ -33,6 +33,7 @@ use crate::wire::rdmap::RdmapError;
 use crate::wire::terminate::TermCause;
 use crate::wqe::SendWqe;
 use core::cell::RefCell;
+use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 /// A receive WQE the message on QN 0 is being placed into.
@@ -67,6 +68,8 @@ impl Conn {
         let mut wake = false;
         let now = self.now_ms();
         let _ = sock.read(lock, |chunk| {
+            self.rx_octets
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
             let mut r = self.rx.lock();
             wake |= r.process(chunk, now, &self.tag);
             chunk.len()

@@ -22,6 +22,7 @@ use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
 use crate::wqe::SendWqe;
+use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -178,6 +179,8 @@ impl Conn {
         if let Some(f) = g.fpdu.take() {
             g.spare = f.recycle();
         }
+        this.tx_fpdus.fetch_add(1, Ordering::Relaxed);
+        this.tx_octets.fetch_add(wire_len as u64, Ordering::Relaxed);
         if let Some(qp) = g.qp.as_ref() {
             let dev = qp.device();
             dev.count(Stat::TxFpdus, 1);

@@ -24,8 +24,8 @@ mod srq;
 pub(crate) use device::ib_mtu;
 pub(crate) use ops::{
     CepOps, Completion, CqAttr, CqNotify, CqOps, DeviceAttr, DeviceOps, ListenerOps, MrOps,
-    Objects, PortAttr, QpAttrs, QpCap, QpInit, QpModify, QpOps, QpState, SrqAttr, SrqModify,
-    SrqOps, WcSlot,
+    Objects, PortAttr, QpAttrs, QpCap, QpInit, QpModify, QpOps, QpState, ResAttrs, SrqAttr,
+    SrqModify, SrqOps, WcSlot,
 };
 pub(crate) use registry::Registry;
 
@@ -119,6 +119,9 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.modify_qp = Some(Self::modify_qp_c);
         if <T::Qp as QpOps<T>>::HAS_QUERY {
             ops.query_qp = Some(Self::query_qp_c);
+        }
+        if <T::Qp as QpOps<T>>::HAS_RES_ATTRS {
+            ops.fill_res_qp_entry = Some(Self::fill_res_qp_entry_c);
         }
         ops.post_send = Some(Self::post_send_c);
         ops.post_recv = Some(Self::post_recv_c);

@@ -59,6 +59,7 @@ under TCG while -n 5 did, as in -a runs), RSIW_LAT_ITERS (default 100).
 """
 import io
 import itertools
+import json
 import os
 import re
 import signal
@@ -1112,6 +1113,73 @@ def test_device_settings_two_ns(two_rsiw, procs, tmp_path):
         if d["malformed"] or d["bad"]:
             errs.append(f"{name}: {d['malformed']} malformed:\n" + "\n".join(d["bad"]))
     report(errs)
+
+
+RES_KEYS = ("mpa_rev", "mpa_crc", "mpa_markers_tx", "mpa_markers_rx", "p2p", "large_fpdu",
+            "mss", "mulpdu", "ird", "ord", "tx_fpdus", "tx_octets", "rx_fpdus", "rx_octets")
+"""The driver details rsiw gives each connected QP in `rdma resource show qp -d`."""
+
+
+def res_qp_details(dev, ns):
+    """{lqpn: {detail: int}} of `dev`'s QPs in RTS (`rdma -dd -j resource show qp`, run
+    in namespace `ns`; the tool prefixes driver details with `drv_`)."""
+    out = sh(f"ip netns exec {ns} rdma -dd -j resource show qp link {dev}/1",
+             check=False, timeout=T_TOOL).stdout
+    qps = {}
+    for q in json.loads(out or "[]"):
+        if q.get("state") == "RTS":
+            qps[q["lqpn"]] = {k[4:]: v for k, v in q.items() if k.startswith("drv_")}
+    return qps
+
+
+def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
+    """`rdma resource show qp -dd` shows each connected QP's MPA revision, CRC, markers
+    each way, peer-to-peer model, large FPDUs, MSS, MULPDU, IRD/ORD and the FPDUs and
+    octets it sent and received, as the device's settings made them: rsiw1 asks for
+    CRC and markers and is the Initiator of an ib_send_bw run; while it runs, each side
+    shows its view and the octet counts grow. (ib_send_bw asks for no RDMA Read depth.)"""
+    if STANDIN:
+        pytest.skip("the C siw fills no driver details")
+    two_rsiw()
+    setting(DUT2, "mpa_crc", 1)
+    setting(DUT2, "mpa_markers", 1)
+    p = port()
+    server, client = perftest_argvs("ib_send_bw", DUT, p, ["-s", "4096", "-D", "60"], IP_A,
+                                    IP_B)
+    client[client.index("-d") + 1] = DUT2
+    srv = procs(server, tmp_path / "server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    cli = procs(client, tmp_path / "client.txt", NS_B)
+    views = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(views) < 2:
+        a, b = res_qp_details(DUT, NS_A), res_qp_details(DUT2, NS_B)
+        # perftest's data QP moves data; its control connection too, a little.
+        busy = [(a, b)] if a and b and max(q.get("rx_octets", 0) for q in a.values()) > 0 else []
+        if busy and (not views or max(q["rx_octets"] for q in a.values())
+                     > max(q["rx_octets"] for q in views[-1][0].values())):
+            views.append(busy[0])
+        assert cli.p.poll() is None or len(views) >= 2, "ib_send_bw ended:\n" + cli.output()
+        time.sleep(1)
+    cli.kill()
+    srv.kill()
+    assert len(views) == 2, f"no two growing views of the QPs: {views}"
+    a, b = views[-1]
+    print(f"{DUT}: {a}\n{DUT2}: {b}")
+    for dev, qps, markers_tx, markers_rx in ((DUT, a, 1, 0), (DUT2, b, 0, 1)):
+        for qpn, q in qps.items():
+            assert set(q) == set(RES_KEYS), (dev, qpn, q)
+            want = {"mpa_rev": 2, "mpa_crc": 1, "mpa_markers_tx": markers_tx,
+                    "mpa_markers_rx": markers_rx, "p2p": 0, "large_fpdu": 1}
+            assert {k: q[k] for k in want} == want, (dev, qpn, q)
+            assert q["mss"] > 1000 and q["mulpdu"] == 64768, (dev, qpn, q)
+            assert q["ird"] <= 32 and q["ord"] <= 32, (dev, qpn, q)
+    # The Send data flows rsiw1 -> rsiw0: the busiest QP of each side shows it.
+    sent = max(q["tx_octets"] for q in b.values())
+    got = max(q["rx_octets"] for q in a.values())
+    assert sent > 100 * 4096 and got > 100 * 4096, (a, b)
+    assert max(q["tx_fpdus"] for q in b.values()) > 100, b
+    assert max(q["rx_fpdus"] for q in a.values()) > 100, a
 
 
 # --- Rev 0: the RDMA Consortium protocols (RFC 5044 Appendix C) ----------------------

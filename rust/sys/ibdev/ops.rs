@@ -334,6 +334,66 @@ pub(crate) trait QpOps<D: Objects>: Sized + Send + Sync {
     /// `post_recv`.
     fn post_recv<'a>(qp: &IbQp<Self>, wrs: WrList<'a, RecvWr>)
         -> Result<(), PostError<'a, RecvWr>>;
+    /// `fill_res_qp_entry` (optional): the driver's details of the QP for `rdma resource
+    /// show qp -d`, written to `out`.
+    ///
+    /// # Errors
+    ///
+    /// The error of a write to `out` (the netlink message is full).
+    fn res_attrs(_qp: &IbQp<Self>, _out: &mut ResAttrs<'_>) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+}
+
+/// Driver attributes of a resource being reported over netlink (`rdma resource show ...
+/// -d` lists them by name after the core's own).
+///
+/// # Invariants
+///
+/// `msg` is the core's netlink message under construction, exclusively ours for `'a`.
+pub(crate) struct ResAttrs<'a> {
+    msg: *mut bindings::sk_buff,
+    _msg: core::marker::PhantomData<&'a mut bindings::sk_buff>,
+}
+
+impl ResAttrs<'_> {
+    /// Wraps the core's message.
+    ///
+    /// # Safety
+    ///
+    /// `msg` is the message the core passed to a `fill_res_*_entry` operation, which
+    /// this value must not outlive.
+    pub(super) unsafe fn new(msg: *mut bindings::sk_buff) -> Self {
+        // INVARIANT: the caller passes the core's message for the call's duration.
+        Self {
+            msg,
+            _msg: core::marker::PhantomData,
+        }
+    }
+
+    /// Adds the attribute `name` with the 32-bit value `v`.
+    ///
+    /// # Errors
+    ///
+    /// `EMSGSIZE` when the message is full.
+    pub(crate) fn u32(&mut self, name: &'static CStr, v: u32) -> Result {
+        // SAFETY: `msg` is the core's message (invariant); `name` is NUL-terminated.
+        crate::sys::to_result(unsafe {
+            bindings::rdma_nl_put_driver_u32(self.msg, name.as_char_ptr(), v)
+        })
+    }
+
+    /// Adds the attribute `name` with the 64-bit value `v`.
+    ///
+    /// # Errors
+    ///
+    /// `EMSGSIZE` when the message is full.
+    pub(crate) fn u64(&mut self, name: &'static CStr, v: u64) -> Result {
+        // SAFETY: as in `u32`.
+        crate::sys::to_result(unsafe {
+            bindings::rdma_nl_put_driver_u64(self.msg, name.as_char_ptr(), v)
+        })
+    }
 }
 
 /// The limits of a shared receive queue.

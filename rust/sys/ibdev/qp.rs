@@ -5,7 +5,7 @@
 //! in `create_qp_c`, which also enters the QP into the device's QP-number table, and
 //! dropped in `destroy_qp_c` once every `iw_add_ref` reference is gone.
 
-use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState};
+use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState, ResAttrs};
 use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
@@ -222,6 +222,29 @@ impl<T: DeviceOps> IbDevice<T> {
             (Err(e), _) | (_, Err(e)) => return e.to_errno(),
         };
         errno(T::Qp::modify(obj, &change))
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the RDMA core's netlink code, through `IbDevice::<T>::OPS`, with the
+    /// message under construction and a live QP of this device type.
+    pub(super) unsafe extern "C" fn fill_res_qp_entry_c(
+        msg: *mut bindings::sk_buff,
+        qp: *mut bindings::ib_qp,
+    ) -> c_int {
+        // SAFETY: the core holds a reference to the live QP for the call.
+        let obj = unsafe { IbQp::<T::Qp>::from_raw(qp) };
+        // SAFETY: `msg` is the core's message for this call.
+        let table = unsafe { bindings::rsiw_res_driver_begin(msg) };
+        if table.is_null() {
+            return EMSGSIZE.to_errno();
+        }
+        // SAFETY: as above; the attributes go into the table just opened.
+        let mut out = unsafe { ResAttrs::new(msg) };
+        let r = T::Qp::res_attrs(obj, &mut out);
+        // SAFETY: `table` was opened on `msg` above and is closed once.
+        unsafe { bindings::rsiw_res_driver_end(msg, table, r.is_ok()) };
+        errno(r)
     }
 
     /// # Safety
