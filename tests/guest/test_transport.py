@@ -1343,6 +1343,44 @@ def test_tos_loopback(loop_dev, procs, tmp_path):
     report(errs)
 
 
+def test_tos_passive_side(loop_dev, procs, tmp_path):
+    """The type of service a listening rdma_cm id carries (set with rdma_set_option
+    before rdma_listen, here through librdmacm directly: tos_listener.py) goes on rsiw's
+    listening socket and the connections it accepts: the SYN-ACK and the MPA Reply (a
+    reject) carry it; the client, which set none, sends 0."""
+    if STANDIN:
+        pytest.skip("the C siw does not apply the type of service")
+    addr = loop_dev()
+    p = port()
+    prog = [sys.executable, os.path.join(os.path.dirname(__file__), "tos_listener.py")]
+    cap = Capture(procs, tmp_path / "tos-passive.pcap", "lo", None, f"tcp port {p}")
+    srv = procs(prog + [addr, str(p), str(TOS)], tmp_path / "listener.txt")
+    wait_listener(srv, DUT, addr, p)
+    server, client = rping_argvs(addr, p, 1)
+    rc, cout = run(client, tmp_path / "client.txt", timeout=120)
+    src = srv.wait(60)
+    cap.stop()
+    assert "rejected" in srv.output() and src == 0, srv.output()
+    assert rc not in (0, None), f"rping connected to a rejecting listener:\n{cout}"
+    pkts = tos_packets(cap.path, p)
+    print(f"(TOS, client's, SYN) counts { {k: len(v) for k, v in pkts.items()} }")
+    from_server = {k: v for k, v in pkts.items() if not k[1]}
+    from_client = {k: v for k, v in pkts.items() if k[1]}
+    assert from_server and set(k[0] for k in from_server) == {TOS}, pkts
+    assert set(k[0] for k in from_client) == {0}, pkts
+    assert syn_ack_tos(cap.path, p) == {TOS}, pkts
+
+
+def syn_ack_tos(pcap, server_port):
+    """{IPv4 TOS octet} of the SYN-ACKs a capture shows from `server_port`."""
+    p = subprocess.run(TSHARK + ["-r", str(pcap), "-Y",
+                                 f"tcp.srcport == {server_port} && tcp.flags.syn == 1",
+                                 "-T", "fields", "-e", "ip.dsfield"],
+                       capture_output=True, text=True, timeout=T_TOOL)
+    assert p.returncode == 0, f"tshark failed ({p.returncode}):\n{p.stderr}"
+    return {int(f, 16) for f in p.stdout.split()}
+
+
 # --- 5. peer-to-peer RTR (RFC 6581 §5) ---------------------------------------------
 
 RTR_TYPES = [(1, "0x00", "write"), (2, "0x01", "read"), (4, "0x03", "send")]
