@@ -35,7 +35,8 @@ log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR p
 	tests/guest/test_cm.py tests/guest/test_nfs.py \
 	-k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
 	or (interop_siw and crc1 and (rsiw_server or rev1)) or rdma_core_suite \
-	or unsupported_link_type or dynamic_debug or nfs_over_rdma or nfs_with_siw"
+	or unsupported_link_type or dynamic_debug or nfs_over_rdma or nfs_with_siw \
+	or impaired_link"
 log "check: the DKMS install path on Debian's kernel (tests/dkms-test.sh)"
 "$RSIW_TOP/tests/dkms-test.sh"
 log "check: all passed"

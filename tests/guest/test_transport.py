@@ -1182,6 +1182,63 @@ def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
     assert max(q["rx_fpdus"] for q in a.values()) > 100, a
 
 
+# --- an impaired link (tc netem) ------------------------------------------------------
+
+NETEM = [("loss1", "loss 1%"), ("loss5", "loss 5%"), ("jitter", "delay 5ms 3ms"),
+         ("reorder", "delay 5ms reorder 25% 50%"), ("duplicate", "duplicate 5%"),
+         ("mtu576", None)]
+"""(id, netem parameters on both veth ends; None: no netem, the link's MTU 576)."""
+
+
+def have_netem():
+    return subprocess.run(["modprobe", "sch_netem"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("params", ["mpa_crc=0", "mpa_crc=1 mpa_markers=1"],
+                         ids=["crc0", "crc1-markers"])
+@pytest.mark.parametrize("name,netem", NETEM, ids=[n for n, _ in NETEM])
+def test_impaired_link_two_ns(two_rsiw, procs, tmp_path, name, netem, params):
+    """rsiw <-> rsiw across a veth link that tc netem impairs in both directions (loss,
+    delay with jitter, reordering, duplication) or whose MTU is 576: TCP repairs the
+    stream, and rping -V and ib_write_bw, ib_read_bw and ib_send_bw at 64 KiB and 1 MiB
+    complete and verify, with CRC off and with CRC and markers on."""
+    if STANDIN:
+        pytest.skip("rsiw <-> rsiw only")
+    if not have_netem():
+        pytest.skip("this kernel has no sch_netem")
+    two_rsiw(params)
+    for ns, veth in ((NS_A, VETH_A), (NS_B, VETH_B)):
+        if netem:
+            sh(f"ip netns exec {ns} tc qdisc add dev {veth} root netem {netem} limit 10000")
+        else:
+            sh(f"ip -n {ns} link set {veth} mtu 576")
+    p = port()
+    server, client = rping_argvs(IP_A, p, 50, IP_B)
+    errs = check_rping(f"rping ({name})", 50, *pair(procs, tmp_path, "rping", server, client,
+                                                       DUT, IP_A, p, NS_A, NS_B))
+    for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+        for size in (65536, 1048576):
+            p = port()
+            srv, cli = perftest_argvs(tool, DUT2, p, ["-s", str(size), "-n", "5"], IP_A, IP_B)
+            srv[srv.index("-d") + 1] = DUT
+            res = pair(procs, tmp_path, f"{tool}-{size}", srv, cli, DUT, IP_A, p, NS_A, NS_B)
+            errs += check_perftest(f"{tool} ({name})", tool, str(size), *res)
+    # The impairment was there: netem on both ends (its drops counted for loss), or the
+    # small MTU.
+    dropped = 0
+    for ns, veth in ((NS_A, VETH_A), (NS_B, VETH_B)):
+        out = sh(f"ip netns exec {ns} tc -s qdisc show dev {veth}").stdout
+        print(out)
+        if netem and "qdisc netem" not in out:
+            errs.append(f"{veth}: no netem qdisc:\n{out}")
+        dropped += sum(int(n) for n in re.findall(r"dropped (\d+)", out))
+        if not netem and "mtu 576 " not in sh(f"ip -n {ns} link show {veth}").stdout:
+            errs.append(f"{veth}: MTU is not 576")
+    if name.startswith("loss") and not dropped:
+        errs.append(f"netem {netem}: no packet dropped")
+    report(errs)
+
+
 # --- Rev 0: the RDMA Consortium protocols (RFC 5044 Appendix C) ----------------------
 
 @pytest.mark.parametrize("crc,markers", [(0, 0), (1, 1)], ids=["asked-none", "asked-both"])
