@@ -102,13 +102,14 @@ def nfs_over_rsiw():
     assert not module_loaded("rsiw"), "rsiw still loaded after rmmod"
 
 
-def test_nfs_over_rdma_fio_verify(nfs_over_rsiw):
-    """The NFS client mounts the export with proto=rdma through rsiw0; fio writes 4 KiB ..
-    128 KiB blocks with O_DIRECT (each one an RPC over RDMA) with CRC32c verification
-    headers and reads them back: no error, every block verifies, the mount's transport is
-    RDMA, and the octets went through rsiw0 (its port counters)."""
+def mount_and_verify(addr, label, enter=""):
+    """Mounts ADDR:/ with proto=rdma on MNT (the mount command prefixed with `enter`), runs
+    fio there (4 KiB .. 128 KiB O_DIRECT blocks, each an RPC over RDMA, with CRC32c
+    verification headers, read back) and checks: the transport is RDMA, no error, every
+    block verifies, the data is in the server's tmpfs. Returns rsiw0's port counters
+    (before, after); the caller unmounts."""
     before = port_counters("rsiw0")
-    sh(f"mount -t nfs -o vers=4.2,proto=rdma,port=20049 {ADDR}:/ {MNT}", timeout=300)
+    sh(f"{enter}mount -t nfs -o vers=4.2,proto=rdma,port=20049 {addr}:/ {MNT}", timeout=300)
     opts = next(line.split()[3] for line in open("/proc/mounts") if line.split()[1] == MNT)
     assert "proto=rdma" in opts, opts
     fio = (f"fio --name=rsiw-nfs --directory={MNT} --direct=1 --ioengine=psync "
@@ -119,20 +120,29 @@ def test_nfs_over_rdma_fio_verify(nfs_over_rsiw):
     assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
     read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
-    print(f"fio on NFS/RDMA: wrote {write_kb} KiB, verified {read_kb} KiB in "
+    print(f"fio on NFS/RDMA ({label}): wrote {write_kb} KiB, verified {read_kb} KiB in "
           f"{time.monotonic() - t0:.0f} s")
     assert job["error"] == 0, p.stdout
     assert write_kb >= 8 * 1024 and read_kb >= 8 * 1024, p.stdout
-    # The data is in the server's tmpfs, written through the mount.
     files = [f for f in os.listdir(EXPORT) if f.startswith("rsiw-nfs")]
     assert files and os.path.getsize(os.path.join(EXPORT, files[0])) >= 8 << 20, files
-    after = port_counters("rsiw0")
-    moved = after["rx_octets"] - before["rx_octets"]
-    # Both ends are rsiw0: the 8 MiB went out and came back at least once each way.
-    assert moved >= 16 << 20, (before, after)
+    return before, port_counters("rsiw0")
+
+
+def unmount():
     sh(f"umount {MNT}", timeout=300)
     wait_for(lambda: not mounted(MNT), timeout=60, what=f"{MNT} unmounted")
 
+
+def test_nfs_over_rdma_fio_verify(nfs_over_rsiw):
+    """The NFS client mounts the export with proto=rdma through rsiw0 and fio verifies
+    data through it (mount_and_verify); the octets went through rsiw0 (its port
+    counters)."""
+    before, after = mount_and_verify(ADDR, "rsiw to rsiw")
+    moved = after["rx_octets"] - before["rx_octets"]
+    # Both ends are rsiw0: the 8 MiB went out and came back at least once each way.
+    assert moved >= 16 << 20, (before, after)
+    unmount()
 
 NS = "rsnfsA"
 INIT_END = ("rsnfs0", "10.97.1.1")   # the veth end in the initial namespace
@@ -223,30 +233,11 @@ def test_nfs_with_siw(nfs_with_siw):
     CRC32c verification headers and reads them back: no error, every block verifies, the
     data is in the server's tmpfs, and the octets went through rsiw0 both ways."""
     server, addr, client_ns = nfs_with_siw
-    before = port_counters("rsiw0")
     # nsenter keeps the mount namespace (ip netns exec makes a new one): the mount is
     # visible here, its RPC transport lives in the client's namespace.
     enter = f"nsenter --net=/run/netns/{client_ns} " if client_ns else ""
-    sh(f"{enter}mount -t nfs -o vers=4.2,proto=rdma,port=20049 {addr}:/ {MNT}", timeout=300)
-    opts = next(line.split()[3] for line in open("/proc/mounts") if line.split()[1] == MNT)
-    assert "proto=rdma" in opts, opts
-    fio = (f"fio --name=rsiw-nfs --directory={MNT} --direct=1 --ioengine=psync "
-           "--rw=randwrite --bsrange=4k-128k --size=8M --verify=crc32c --do_verify=1 "
-           "--verify_fatal=1 --verify_state_save=0 --randrepeat=0 --output-format=json")
-    t0 = time.monotonic()
-    p = sh(fio, check=False, timeout=T_IO)
-    assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
-    read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
-    print(f"fio on NFS/RDMA ({server} server): wrote {write_kb} KiB, verified {read_kb} KiB in "
-          f"{time.monotonic() - t0:.0f} s")
-    assert job["error"] == 0, p.stdout
-    assert write_kb >= 8 * 1024 and read_kb >= 8 * 1024, p.stdout
-    files = [f for f in os.listdir(EXPORT) if f.startswith("rsiw-nfs")]
-    assert files and os.path.getsize(os.path.join(EXPORT, files[0])) >= 8 << 20, files
-    after = port_counters("rsiw0")
+    before, after = mount_and_verify(addr, f"{server} server", enter)
     tx = after["tx_octets"] - before["tx_octets"]
     rx = after["rx_octets"] - before["rx_octets"]
     assert tx >= 8 << 20 and rx >= 8 << 20, (before, after)
-    sh(f"umount {MNT}", timeout=300)
-    wait_for(lambda: not mounted(MNT), timeout=60, what=f"{MNT} unmounted")
+    unmount()

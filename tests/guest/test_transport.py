@@ -965,6 +965,18 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
 
 # --- 4. captures of rsiw <-> rsiw ----------------------------------------------
 
+def rping_captured_on_lo(procs, tmp_path, addr, name, count=20):
+    """rping -V rsiw0 <-> rsiw0 at `addr` (over lo), captured; returns (failure messages
+    of the run, the capture's path)."""
+    p = port()
+    server, client = rping_argvs(addr, p, count)
+    cap = Capture(procs, tmp_path / f"{name}.pcap", "lo", None, f"tcp port {p}")
+    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
+    cap.stop()
+    return check_rping("rping", count, *res), cap.path
+
+
+
 @pytest.mark.parametrize("crc,markers", [(1, 0), (1, 1)], ids=["crc1", "crc1-markers"])
 def test_pcap_loopback(loop_dev, procs, tmp_path, crc, markers):
     """rping rsiw <-> rsiw over lo, captured and decoded: with CRC, and with CRC and MPA
@@ -974,15 +986,10 @@ def test_pcap_loopback(loop_dev, procs, tmp_path, crc, markers):
         pytest.skip("siw stand-in has no mpa_crc parameter: this run would repeat crc0")
     addr = loop_dev(dut_params(crc=crc) + (" mpa_markers=1" if markers else ""))
     w_rev, w_crc = expected_wire(2, crc)
-    p = port()
-    server, client = rping_argvs(addr, p, 20)
     # Connections to the device's own address run over lo.
-    cap = Capture(procs, tmp_path / "loop.pcap", "lo", None, f"tcp port {p}")
-    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
-    cap.stop()
-    report(check_rping("rping", 20, *res) or
-           check_decode("loopback capture", decode(cap.path), w_rev, w_crc,
-                        markers=bool(markers)))
+    errs, pcap = rping_captured_on_lo(procs, tmp_path, addr, "loop")
+    report(errs or check_decode("loopback capture", decode(pcap), w_rev, w_crc,
+                                markers=bool(markers)))
 
 
 @pytest.fixture
@@ -1252,16 +1259,11 @@ def test_rev0_loopback(loop_dev, procs, tmp_path, crc, markers):
         pytest.skip("the C siw does not initiate Rev 0")
     addr = loop_dev(f"mpa_rev=0 mpa_crc={crc} mpa_markers={markers}")
     assert setting(DUT, "mpa_rev") == 0
-    p = port()
-    server, client = rping_argvs(addr, p, 20)
-    cap = Capture(procs, tmp_path / "rev0.pcap", "lo", None, f"tcp port {p}")
-    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
-    cap.stop()
-    errs = check_rping("rping", 20, *res)
+    errs, pcap = rping_captured_on_lo(procs, tmp_path, addr, "rev0")
     if not errs:
-        d = decode(cap.path)
+        d = decode(pcap)
         errs += check_decode("rev 0 capture", d, 0, True, markers=True)
-        versions = ddp_rdmap_versions(cap.path)
+        versions = ddp_rdmap_versions(pcap)
         if versions != {(0, 0)}:
             errs.append(f"(DDP, RDMAP) versions on the wire {versions}, want only (0, 0)")
     for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw") if not crc else ():
@@ -1545,13 +1547,8 @@ def test_draft_rtr_frame_loopback(loop_dev, procs, tmp_path):
     if STANDIN:
         pytest.skip("siw has no draft Rtr-frame mode")
     addr = loop_dev("mpa_draft_rtr=1")
-    p = port()
-    server, client = rping_argvs(addr, p, 20)
-    cap = Capture(procs, tmp_path / "draft.pcap", "lo", None, f"tcp port {p}")
-    res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
-    cap.stop()
-    errs = check_rping("rping", 20, *res)
-    frames = tcp_payloads(cap.path)
+    errs, pcap = rping_captured_on_lo(procs, tmp_path, addr, "draft")
+    frames = tcp_payloads(pcap)
     keys = [f[:16] for f in frames if f[:6] == b"MPA ID"]
     if keys[:3] != [b"MPA ID Req Frame", b"MPA ID Rep Frame", b"MPA ID RtR Frame"]:
         errs.append(f"startup frames {keys}, want Req, Rep, RtR")
