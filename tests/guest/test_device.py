@@ -334,7 +334,7 @@ def test_settings_per_device(dummy):
             write_setting("rsiw0", name, text)
         assert settings_of("rsiw0") == {k: v for k, (_, v) in changes.items()}
         assert settings_of("rsiw1") == want
-        bad = [("mpa_rev", "3", "is not in 1..=2"), ("mpa_rev", "0", "is not in 1..=2"),
+        bad = [("mpa_rev", "3", "is not in 0..=2"), ("mpa_rev", "7", "is not in 0..=2"),
                ("mpa_rev", "\n", "is not a decimal number"),
                ("mpa_crc", "2", "is not 0 or 1"), ("mpa_crc", "yes", "is not 0 or 1"),
                ("p2p_rtr", "8", "is not in 0..=7"), ("p2p_rtr", "-1", "is not a decimal"),
