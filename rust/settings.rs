@@ -262,7 +262,8 @@ impl Snapshot {
     /// The RTR types of `p2p_rtr` (RFC 6581 §9.2 flags B, C and D). The Responder takes a
     /// Send RTR without consuming a receive WQE (see [`crate::conn`]).
     fn rtr_types(&self) -> RtrSet {
-        let m = match self.p2p_rtr & 7 {
+        // The setting is kept within 0..=7.
+        let m = match self.p2p_rtr {
             0 => 7,
             m => m,
         };
@@ -274,8 +275,9 @@ impl Snapshot {
     }
 
     /// The MPA startup timeout, also the TERMINATE and RTR deadline, in milliseconds (at
-    /// least [`MIN_MPA_TIMEOUT_MS`]).
+    /// least [`MIN_MPA_TIMEOUT_MS`]: both the module parameter's copy and a written value
+    /// are kept in range).
     pub(crate) fn timeout_ms(&self) -> u64 {
-        u64::from(self.timeout_ms.max(MIN_MPA_TIMEOUT_MS))
+        u64::from(self.timeout_ms)
     }
 }
