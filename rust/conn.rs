@@ -41,16 +41,22 @@
 //!
 //! What the two directions must agree on (the ORQ and IRQ, ORD and the read fence, the
 //! peer-to-peer RTR exchange of RFC 6581 §5, TERMINATE-then-close) is the protocol core's
-//! [`Session`], under the receive lock: the receive half feeds it, the transmit half
+//! [`Session`], under the receive lock, its ORQ and IRQ allocated for the connection's
+//! ORD and IRD ([`rx::ConnQueues`]): the receive half feeds it, the transmit half
 //! polls it for the next message ([`Session::poll_transmit`]) and for lifecycle events
 //! ([`Session::poll_event`]: the QP fails, the connection closes), and the connection's
 //! timer serves its deadlines ([`Session::poll_timeout`]: the peer-to-peer Responder's wait
 //! for the first FPDU, a TERMINATE the peer does not take).
+//!
+//! [`Session`]: crate::engine::session::Session
+//! [`Session::poll_transmit`]: crate::engine::session::Session::poll_transmit
+//! [`Session::poll_event`]: crate::engine::session::Session::poll_event
+//! [`Session::poll_timeout`]: crate::engine::session::Session::poll_timeout
 
 use crate::abi::WcStatus;
 use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::DdpTx;
-use crate::engine::session::{Close, Event, Session, SessionConfig};
+use crate::engine::session::{Close, Event, SessionConfig};
 use crate::engine::startup::Negotiated;
 use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
@@ -365,6 +371,7 @@ impl Conn {
         let (ird, ord) = (cfg.ird, cfg.ord);
         let tx = DdpTx::for_connection(n, emss, false);
         let reads_out = KVec::with_capacity(ord as usize, GFP_KERNEL)?;
+        let session = rx::idle_session(ird, ord)?;
         // The receive half's own reference, dropped when the connection closes.
         let rx_qp = qp.device().qp_ref(qp.qp().qpn()).ok_or(EINVAL)?;
         let conn = Arc::pin_init(
@@ -393,9 +400,8 @@ impl Conn {
                 rx <- new_spinlock_irq!(RxSide {
                     qp: Some(rx_qp),
                     pd,
-                    // Started in place by `establish` (its rings do not go through the
-                    // stack).
-                    session: Session::IDLE,
+                    // Started by `establish`.
+                    session,
                     msg: None,
                     reads_out,
                 }, "rsiw_conn_rx"),

@@ -16,9 +16,12 @@ use super::{Conn, ResolvedSge};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
+use crate::engine::orq::{Orq, OrqEntry};
+use crate::engine::ring::Store;
 use crate::engine::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
 };
+use crate::engine::session::irq::{self, Irq};
 use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::logtag::{CauseText, Tag};
@@ -29,12 +32,75 @@ use crate::sys::mem::kmem::crc32c_kva;
 use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};
 use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
-use crate::wire::rdmap::RdmapError;
+use crate::wire::rdmap::{RdmapError, ReadRequest};
 use crate::wire::terminate::TermCause;
 use crate::wqe::SendWqe;
 use core::cell::RefCell;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
+
+/// The slots of one of the session's request queues, allocated for the connection's
+/// depth.
+pub(crate) struct QueueSlots<T>(KVec<T>);
+
+impl<T: Clone> QueueSlots<T> {
+    /// `n` slots holding `fill`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    fn new(fill: T, n: usize) -> Result<Self> {
+        Ok(Self(KVec::from_elem(fill, n, GFP_KERNEL)?))
+    }
+}
+
+impl<T> AsRef<[T]> for QueueSlots<T> {
+    fn as_ref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T> AsMut<[T]> for QueueSlots<T> {
+    fn as_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<T> core::fmt::Debug for QueueSlots<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} slots", self.0.len())
+    }
+}
+
+/// The storage of a connection's session queues: an ORQ of ORD + 1 and an IRQ of IRD + 1
+/// slots (one each for a zero-length Read RTR, RFC 6581 §5), allocated when the
+/// connection is.
+#[derive(Debug)]
+pub(crate) struct ConnQueues;
+
+impl Store for ConnQueues {
+    type Orq = QueueSlots<OrqEntry>;
+    type Irq = QueueSlots<ReadRequest>;
+}
+
+/// An idle session whose queues serve inbound and outbound Read depths `ird` and `ord`
+/// ([`Session::start`] starts it).
+///
+/// # Errors
+///
+/// `ENOMEM`.
+pub(super) fn idle_session(ird: u32, ord: u32) -> Result<Session<ConnQueues>> {
+    let slots = |depth: u32| {
+        usize::try_from(depth)
+            .map_err(|_| EINVAL)?
+            .checked_add(1)
+            .ok_or(EINVAL)
+    };
+    Ok(Session::idle(
+        Orq::with_slots(QueueSlots::new(OrqEntry::EMPTY, slots(ord)?)?),
+        Irq::with_slots(QueueSlots::new(irq::EMPTY_SLOT, slots(ird)?)?),
+    ))
+}
 
 /// A receive WQE the message on QN 0 is being placed into.
 pub(super) struct RxMsg {
@@ -52,7 +118,7 @@ pub(super) struct RxSide {
     pub(super) qp: Option<QpRef<Device>>,
     pub(super) pd: PdId,
     /// The RDMAP session: the transmit half polls it for what to send next.
-    pub(super) session: Session,
+    pub(super) session: Session<ConnQueues>,
     pub(super) msg: Option<RxMsg>,
     /// The WQEs of the ULP's RDMA Reads the session admitted (its ORQ holds their sinks,
     /// in the same order), oldest first. Capacity for ORD entries is reserved.

@@ -43,6 +43,7 @@
 
 use super::mpa_rx::UlpduReceiver;
 use super::orq::{Orq, PushError, ReadSink};
+use super::ring::{Fixed, Store};
 pub use super::rx_shell::{
     Access, InvalidateCheck, MemoryLookup, MessageDone, RxEvents, TaggedCheck, TaggedDone,
     UntaggedCheck,
@@ -160,8 +161,10 @@ enum Verdict {
 /// RFC 5041 §7.1 lists the MSN range check after the buffer checks; over an in-order LLP the
 /// legal range is the single expected MSN, and a segment outside it has no associated
 /// buffer, so the engine checks it first and reports the more specific 0x03.
-#[derive(Debug, Clone)]
-pub struct DdpRx {
+///
+/// The ORQ's slots are those of `S` ([`Store`]).
+#[derive(Debug)]
+pub struct DdpRx<S: Store = Fixed> {
     cfg: DdpConfig,
     state: RxState,
     // The current segment.
@@ -179,14 +182,14 @@ pub struct DdpRx {
     /// Payload octets of the RDMA Write message in progress.
     write_len: u64,
     /// Outbound Reads whose Responses are outstanding.
-    orq: Orq,
+    orq: Orq<S::Orq>,
     ird_used: u32,
 }
 
 /// [`DdpRx`] bound to the shell's memory and event sink for one
 /// [`super::mpa_rx::MpaRx::process`] call.
-pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents> {
-    rx: &'a mut DdpRx,
+pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents, S: Store = Fixed> {
+    rx: &'a mut DdpRx<S>,
     mem: &'a mut M,
     events: &'a mut E,
 }
@@ -202,9 +205,19 @@ const fn tagged_access(op: Opcode) -> Access {
 }
 
 impl DdpRx {
-    /// A receiver at the start of Full Operation: every queue expects MSN 1 (RFC 5041
-    /// §5.1), no request is outstanding.
+    /// A receiver at the start of Full Operation, with an ORQ of
+    /// [`super::orq::ORQ_CAPACITY`] slots in place (see [`DdpRx::with_orq`]; inline: see
+    /// [`Orq::new`]).
+    #[inline]
     pub const fn new(cfg: DdpConfig) -> Self {
+        Self::with_orq(cfg, Orq::new())
+    }
+}
+
+impl<S: Store> DdpRx<S> {
+    /// A receiver at the start of Full Operation: every queue expects MSN 1 (RFC 5041
+    /// §5.1), no inbound request is outstanding, and outbound Reads go into `orq`.
+    pub const fn with_orq(cfg: DdpConfig, orq: Orq<S::Orq>) -> Self {
         DdpRx {
             cfg,
             state: RxState::Active,
@@ -221,15 +234,31 @@ impl DdpRx {
                 mo: 0,
             }; QUEUES],
             write_len: 0,
-            orq: Orq::new(),
+            orq,
             ird_used: 0,
         }
     }
 
-    /// Starts the receiver over in place with `cfg`, as [`DdpRx::new`] would build it
-    /// (the ORQ emptied).
+    /// Starts the receiver over in place with `cfg`, as [`DdpRx::with_orq`] would build it
+    /// with the ORQ it has (emptied).
     pub fn restart(&mut self, cfg: DdpConfig) {
-        *self = DdpRx::new(cfg);
+        self.cfg = cfg;
+        self.state = RxState::Active;
+        self.phase = Phase::Skip;
+        self.ulpdu_len = 0;
+        self.hdr = [0; MAX_HEADER_LEN];
+        self.got = 0;
+        self.need = ddp::CTRL_LEN;
+        self.verdict = Verdict::Open;
+        self.parsed = None;
+        self.placed = 0;
+        self.queues = [Queue {
+            msn: ddp::MSN_INITIAL,
+            mo: 0,
+        }; QUEUES];
+        self.write_len = 0;
+        self.orq.clear();
+        self.ird_used = 0;
     }
 
     /// The configuration in use.
@@ -285,7 +314,7 @@ impl DdpRx {
     }
 
     /// The outbound Reads whose Responses are outstanding.
-    pub const fn orq(&self) -> &Orq {
+    pub const fn orq(&self) -> &Orq<S::Orq> {
         &self.orq
     }
 
@@ -309,7 +338,7 @@ impl DdpRx {
         &'a mut self,
         mem: &'a mut M,
         events: &'a mut E,
-    ) -> DdpReceiver<'a, M, E> {
+    ) -> DdpReceiver<'a, M, E, S> {
         DdpReceiver {
             rx: self,
             mem,
@@ -336,7 +365,7 @@ impl DdpRx {
     }
 
     /// Takes up to `want` header octets in total from `s`.
-    fn take_header<S: RxStream>(&mut self, s: &mut S, want: usize) {
+    fn take_header<R: RxStream>(&mut self, s: &mut R, want: usize) {
         let want = want.min(MAX_HEADER_LEN).min(usize::from(self.ulpdu_len));
         let n = want.saturating_sub(self.got).min(s.available());
         if let Some(dst) = self.hdr.get_mut(self.got..self.got + n) {
@@ -515,7 +544,7 @@ impl DdpRx {
             .map_err(TaggedCheck::rdmap_cause)
     }
 
-    fn data<S: RxStream, M: MemoryLookup>(&mut self, s: &mut S, mem: &mut M) {
+    fn data<R: RxStream, M: MemoryLookup>(&mut self, s: &mut R, mem: &mut M) {
         loop {
             let avail = s.available();
             if avail == 0 {
@@ -543,7 +572,7 @@ impl DdpRx {
         }
     }
 
-    fn place<S: RxStream>(&mut self, s: &mut S) {
+    fn place<R: RxStream>(&mut self, s: &mut R) {
         let (h, payload) = match self.verdict {
             Verdict::Accepted(h, p) => (h, p),
             _ => {
@@ -733,7 +762,7 @@ impl DdpRx {
     }
 }
 
-impl<M: MemoryLookup, E: RxEvents> UlpduReceiver for DdpReceiver<'_, M, E> {
+impl<M: MemoryLookup, E: RxEvents, S: Store> UlpduReceiver for DdpReceiver<'_, M, E, S> {
     type Error = Stop;
 
     fn begin(&mut self, len: u16) -> Result<(), Stop> {
@@ -741,7 +770,7 @@ impl<M: MemoryLookup, E: RxEvents> UlpduReceiver for DdpReceiver<'_, M, E> {
         Ok(())
     }
 
-    fn data<S: RxStream>(&mut self, ulpdu: &mut S) -> Result<(), Stop> {
+    fn data<R: RxStream>(&mut self, ulpdu: &mut R) -> Result<(), Stop> {
         self.rx.data(ulpdu, self.mem);
         Ok(())
     }

@@ -11,18 +11,18 @@
 //! ([`Orq::check_segment`]); without it, a Read Response is a remote write into any
 //! locally writable buffer.
 //!
-//! The queue is a fixed ring of [`ORQ_CAPACITY`] entries: the engine does not allocate.
-//! It is kept small (the ring is part of the RX decoder, which the kernel shell builds on
-//! a kernel stack before it moves it into the connection).
+//! The queue is a ring over slots the shell provides ([`super::ring::Store`]): the engine
+//! does not allocate. Its capacity is the number of slots, at most [`ORQ_CAPACITY`] as
+//! a connection uses it.
 
-use super::ring::Ring;
+use super::ring::{Ring, Slots};
 use crate::wire::ddp::{DdpError, TaggedError};
 use crate::wire::rdmap::{OperationError, RdmapError};
 use crate::wire::terminate::TermCause;
 
 /// The largest outbound Read depth (ORD) the engine tracks (RDMA Read Requests in flight
 /// per connection). Shells advertise no larger ORD.
-pub const MAX_ORD: u32 = 32;
+pub const MAX_ORD: u32 = 128;
 
 /// [`MAX_ORD`] plus one slot for the zero-length Read RTR of RFC 6581 §5, which is
 /// outstanding before any ULP Read.
@@ -39,17 +39,30 @@ pub struct ReadSink {
     pub len: u32,
 }
 
-/// One outstanding Read: its sink and the octets of its Response accepted so far.
+/// One slot of the ORQ: an outstanding Read's sink and the octets of its Response
+/// accepted so far. Shells allocate slots ([`OrqEntry::EMPTY`]) and see no more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Entry {
+pub struct OrqEntry {
     sink: ReadSink,
     got: u32,
+}
+
+impl OrqEntry {
+    /// An unused slot.
+    pub const EMPTY: Self = OrqEntry {
+        sink: ReadSink {
+            stag: 0,
+            to: 0,
+            len: 0,
+        },
+        got: 0,
+    };
 }
 
 /// Why [`Orq::push`] refused a Read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PushError {
-    /// [`ORQ_CAPACITY`] Reads are outstanding.
+    /// As many Reads are outstanding as the queue has slots.
     Full,
     /// `to + len` of the sink overflows 64 bits.
     Wraps,
@@ -65,31 +78,41 @@ pub struct ReadDone {
     pub len: u32,
 }
 
-/// The outbound Read queue of one connection (see the module documentation).
+/// The outbound Read queue of one connection (see the module documentation), in the
+/// slots of `S` (by default [`ORQ_CAPACITY`] of them, in place).
 #[derive(Debug, Clone)]
-pub struct Orq {
-    ring: Ring<Entry, ORQ_CAPACITY>,
+pub struct Orq<S: Slots<OrqEntry> = [OrqEntry; ORQ_CAPACITY]> {
+    ring: Ring<OrqEntry, S>,
 }
 
 impl Default for Orq {
+    #[inline]
     fn default() -> Self {
         Self::new()
     }
 }
 
 impl Orq {
-    /// An empty queue.
+    /// An empty queue of [`ORQ_CAPACITY`] slots. (Inline, like every constructor of the
+    /// in-place storage: a kernel build, which allocates its queues, then emits no code
+    /// for it, whose frame would hold the whole queue.)
+    #[inline]
     pub const fn new() -> Self {
+        Self::with_slots([OrqEntry::EMPTY; ORQ_CAPACITY])
+    }
+}
+
+impl<S: Slots<OrqEntry>> Orq<S> {
+    /// An empty queue in `slots`, which hold at most that many Reads.
+    pub const fn with_slots(slots: S) -> Self {
         Orq {
-            ring: Ring::new(Entry {
-                sink: ReadSink {
-                    stag: 0,
-                    to: 0,
-                    len: 0,
-                },
-                got: 0,
-            }),
+            ring: Ring::with_slots(slots),
         }
+    }
+
+    /// The most Reads the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.ring.capacity()
     }
 
     /// Number of outstanding Reads.
@@ -107,18 +130,18 @@ impl Orq {
     ///
     /// # Errors
     ///
-    /// [`PushError::Full`] with [`ORQ_CAPACITY`] Reads outstanding; [`PushError::Wraps`]
+    /// [`PushError::Full`] with every slot taken; [`PushError::Wraps`]
     /// if `sink.to + sink.len` overflows 64 bits. Nothing is entered.
     pub fn push(&mut self, sink: ReadSink) -> Result<(), PushError> {
         if sink.to.checked_add(u64::from(sink.len)).is_none() {
             return Err(PushError::Wraps);
         }
         self.ring
-            .push(Entry { sink, got: 0 })
+            .push(OrqEntry { sink, got: 0 })
             .map_err(|_| PushError::Full)
     }
 
-    fn front(&self) -> Option<&Entry> {
+    fn front(&self) -> Option<&OrqEntry> {
         self.ring.front()
     }
 

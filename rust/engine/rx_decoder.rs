@@ -13,34 +13,37 @@
 
 use super::ddp_rx::{DdpConfig, DdpRx, MemoryLookup, RxEvents, RxState, Stop};
 use super::mpa_rx::{MpaRx, RxConfig, RxError};
-use super::orq::{PushError, ReadSink};
+use super::orq::{Orq, PushError, ReadSink};
+use super::ring::{Fixed, Store};
 use super::startup::Negotiated;
 use super::stream::RxStream;
 use crate::wire::rdmap::RdmapError;
 use crate::wire::terminate::{TermCause, Terminate};
 use crate::wire::ulpdu;
 
-/// The RX decoder for one direction of one connection.
-#[derive(Debug, Clone)]
-pub struct Decoder {
+/// The RX decoder for one direction of one connection, its ORQ in the slots of `S`
+/// ([`Store`]).
+#[derive(Debug)]
+pub struct Decoder<S: Store = Fixed> {
     mpa: MpaRx,
-    ddp: DdpRx,
+    ddp: DdpRx<S>,
 }
 
 impl Decoder {
     /// A decoder at the start of Full Operation, with deframing parameters `mpa` and DDP
-    /// parameters `ddp`.
+    /// parameters `ddp`, and an ORQ of [`super::orq::ORQ_CAPACITY`] slots in place
+    /// (inline: see [`Orq::new`]).
+    #[inline]
     pub const fn new(mpa: RxConfig, ddp: DdpConfig) -> Self {
-        Decoder {
-            mpa: MpaRx::new(mpa),
-            ddp: DdpRx::new(ddp),
-        }
+        Self::with_orq(mpa, ddp, Orq::new())
     }
 
     /// A decoder for a connection that completed MPA negotiation `n`: markers, CRC and
     /// FPDUPTR convention from it, DDP/RDMAP versions from its MPA revision
     /// ([`ulpdu::Config::for_mpa_rev`]: version 0 for Rev 0, 1 otherwise), RFC 7306
-    /// opcodes if `rfc7306` (RFC versions only), and inbound request depth `ird`.
+    /// opcodes if `rfc7306` (RFC versions only), and inbound request depth `ird`; its ORQ
+    /// in place (inline: see [`Orq::new`]).
+    #[inline]
     pub const fn for_negotiated(n: &Negotiated, rfc7306: bool, ird: u32) -> Self {
         Self::new(
             n.rx_config(),
@@ -50,9 +53,20 @@ impl Decoder {
             },
         )
     }
+}
+
+impl<S: Store> Decoder<S> {
+    /// A decoder at the start of Full Operation, with deframing parameters `mpa` and DDP
+    /// parameters `ddp`, whose outbound Reads go into `orq`.
+    pub const fn with_orq(mpa: RxConfig, ddp: DdpConfig, orq: Orq<S::Orq>) -> Self {
+        Decoder {
+            mpa: MpaRx::new(mpa),
+            ddp: DdpRx::with_orq(ddp, orq),
+        }
+    }
 
     /// Starts the decoder over in place with deframing parameters `mpa` and DDP parameters
-    /// `ddp`, as [`Decoder::new`] would build it.
+    /// `ddp`, as [`Decoder::with_orq`] would build it with the ORQ it has (emptied).
     pub fn restart(&mut self, mpa: RxConfig, ddp: DdpConfig) {
         self.mpa = MpaRx::new(mpa);
         self.ddp.restart(ddp);
@@ -60,7 +74,7 @@ impl Decoder {
 
     /// A decoder from a deframer and a receiver set up separately (for example resumed at
     /// a stream offset, [`MpaRx::at_stream_offset`], or with [`DdpRx::set_expected_msn`]).
-    pub const fn from_parts(mpa: MpaRx, ddp: DdpRx) -> Self {
+    pub const fn from_parts(mpa: MpaRx, ddp: DdpRx<S>) -> Self {
         Decoder { mpa, ddp }
     }
 
@@ -70,7 +84,7 @@ impl Decoder {
     }
 
     /// The DDP/RDMAP receiver.
-    pub const fn ddp(&self) -> &DdpRx {
+    pub const fn ddp(&self) -> &DdpRx<S> {
         &self.ddp
     }
 
@@ -116,9 +130,9 @@ impl Decoder {
     /// TERMINATE from the peer is not an error here: it is reported through
     /// [`RxEvents::terminate_received`] and [`Decoder::state`] becomes
     /// [`RxState::PeerTerminated`].
-    pub fn process<S: RxStream, M: MemoryLookup, E: RxEvents>(
+    pub fn process<R: RxStream, M: MemoryLookup, E: RxEvents>(
         &mut self,
-        stream: &mut S,
+        stream: &mut R,
         mem: &mut M,
         events: &mut E,
     ) -> Result<(), Terminate> {

@@ -608,10 +608,10 @@ HOST_MR_CASES = [
      (0, 1, 0x04)),
     ("write_other_pd", lambda m, o: write(o[0], o[1], b"\xEE" * 16), (1, 1, 0x02)),
     ("read_request_other_pd", lambda m, o: read_request(o[0], o[1], 16), (0, 1, 0x03)),
-    # More Read Requests at once than any IRD rsiw grants (at most 32): those within IRD
+    # More Read Requests at once than any IRD rsiw grants (at most 128): those within IRD
     # may be answered, then DDP invalid MSN on QN 1.
     ("read_requests_beyond_ird",
-     lambda m, o: b"".join(read_request(m[0], m[1], 16, msn=i) for i in range(1, 41)),
+     lambda m, o: b"".join(read_request(m[0], m[1], 16, msn=i) for i in range(1, 141)),
      (1, 2, 0x03)),
     # The target invalidates the MR with the Connect command's completion (Send with
     # Invalidate, as nvmet-rdma does), then writes to it.
@@ -662,10 +662,10 @@ def test_hostile_tagged_against_nvme_host(hostile_listener):
                 rc = host.rc()
         finally:
             other.close()
-        # Before it: Read Responses to Reads within IRD (at most 32), and the host's next
+        # Before it: Read Responses to Reads within IRD (at most 128), and the host's next
         # command (a Send) once its Connect completed.
         errs += last_terminate_errors(name, data, want, {2, 3, 5})
-        if fpdus(data) and [op for op, _ in fpdus(data)].count(2) > 32:
+        if fpdus(data) and [op for op, _ in fpdus(data)].count(2) > 128:
             errs.append(f"{name}: more Read Responses than any IRD")
         if rc == 0:
             errs.append(f"{name}: the host's connect succeeded")

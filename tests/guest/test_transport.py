@@ -1180,13 +1180,48 @@ def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
                     "mpa_markers_rx": markers_rx, "p2p": 0, "large_fpdu": 1}
             assert {k: q[k] for k in want} == want, (dev, qpn, q)
             assert q["mss"] > 1000 and q["mulpdu"] == 64768, (dev, qpn, q)
-            assert q["ird"] <= 32 and q["ord"] <= 32, (dev, qpn, q)
+            assert q["ird"] <= 128 and q["ord"] <= 128, (dev, qpn, q)
     # The Send data flows rsiw1 -> rsiw0: the busiest QP of each side shows it.
     sent = max(q["tx_octets"] for q in b.values())
     got = max(q["rx_octets"] for q in a.values())
     assert sent > 100 * 4096 and got > 100 * 4096, (a, b)
     assert max(q["tx_fpdus"] for q in b.values()) > 100, b
     assert max(q["rx_fpdus"] for q in a.values()) > 100, a
+
+
+def test_read_depth_128_two_ns(two_rsiw, procs, tmp_path):
+    """The device's largest RDMA Read depth, 128 (`max_qp_rd_atom`, the C siw's), works
+    between two devices: ib_read_bw with 128 outstanding Reads (`-o 128`, which perftest
+    also asks of rdma_cm as IRD and ORD) runs to the end, and while it runs the data QP
+    of the Data Source shows IRD 128 and the Initiator's shows ORD 128."""
+    if STANDIN:
+        pytest.skip("the C siw fills no driver details")
+    two_rsiw()
+    p = port()
+    server, client = perftest_argvs("ib_read_bw", DUT, p,
+                                    ["-s", "65536", "-o", "128", "-D", "15"], IP_A, IP_B)
+    client[client.index("-d") + 1] = DUT2
+    srv = procs(server, tmp_path / "server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    cli = procs(client, tmp_path / "client.txt", NS_B)
+    seen = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and cli.p.poll() is None and not seen:
+        a, b = res_qp_details(DUT, NS_A), res_qp_details(DUT2, NS_B)
+        src = [q for q in a.values() if q["tx_octets"] > 1 << 20]
+        ini = [q for q in b.values() if q["rx_octets"] > 1 << 20]
+        if src and ini:
+            seen = (src, ini)
+        time.sleep(1)
+    rc = cli.wait(T_CLIENT)
+    srv.wait(T_SERVER)
+    assert rc == 0, cli.output()
+    rows = table_rows(cli.output())
+    assert rows and float(rows[0][3]) > 0, cli.output()
+    assert seen, f"no busy Read QPs seen: {a} {b}"
+    src, ini = seen
+    assert all(q["ird"] == 128 for q in src), src
+    assert all(q["ord"] == 128 for q in ini), ini
 
 
 # --- an impaired link (tc netem) ------------------------------------------------------

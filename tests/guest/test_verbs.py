@@ -90,7 +90,7 @@ def test_query_device_reports_limits(ctx):
     assert a.max_sge == MAX_SGE and a.max_srq_sge == MAX_SGE and a.max_sge_rd == 1
     # REG_MR and LOCAL_INV work requests (kernel ULPs: NVMe-oF, see test_nvmeof.py).
     assert a.device_cap_flags & e.IBV_DEVICE_MEM_MGT_EXTENSIONS
-    assert a.max_qp_rd_atom == 32 and a.max_qp_init_rd_atom == 32
+    assert a.max_qp_rd_atom == 128 and a.max_qp_init_rd_atom == 128
 
 
 def test_objects_create_destroy_and_show_in_restrack(ctx):

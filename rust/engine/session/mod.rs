@@ -53,7 +53,8 @@ pub mod irq;
 
 use super::ddp_rx::{DdpConfig, MemoryLookup, RxEvents, RxState};
 use super::mpa_rx::RxConfig;
-use super::orq::{PushError, ReadSink};
+use super::orq::{Orq, PushError, ReadSink};
+use super::ring::{Fixed, Slots, Store};
 use super::rx_decoder::Decoder;
 use super::rx_shell::{
     Access, InvalidateCheck, MessageDone, TaggedCheck, TaggedDone, UntaggedCheck,
@@ -254,12 +255,13 @@ enum Reported {
     Closed,
 }
 
-/// The RDMAP session of one connection (see the module documentation).
-#[derive(Debug, Clone)]
-pub struct Session {
+/// The RDMAP session of one connection (see the module documentation), its ORQ and IRQ
+/// in the slots of `S` ([`Store`]).
+#[derive(Debug)]
+pub struct Session<S: Store = Fixed> {
     cfg: SessionConfig,
-    dec: Decoder,
-    irq: Irq,
+    dec: Decoder<S>,
+    irq: Irq<S::Irq>,
     rtr: RtrPhase,
     state: SessionState,
     /// How far [`Session::poll_event`] has reported the state.
@@ -267,44 +269,65 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session that is not started: it decodes nothing ([`Session::start`] starts it).
-    /// A constant, so that a shell can initialise its storage in place rather than build
-    /// the session's rings on a kernel stack and move them.
-    pub const IDLE: Session = Session {
-        cfg: SessionConfig {
-            ird: 0,
-            ord: 0,
-            timeout_ms: 0,
-        },
-        dec: Decoder::new(
-            RxConfig {
-                markers: false,
-                crc: false,
-                fpduptr: FpduPtrBase::UlpduLength,
-            },
-            DdpConfig {
-                wire: ulpdu::Config::RFC,
-                ird: 0,
-            },
-        ),
-        irq: Irq::new(),
-        rtr: RtrPhase::Done,
-        state: SessionState::Closed(Close::PeerTerminated(None)),
-        reported: Reported::Closed,
-    };
+    /// A session that is not started, with an ORQ and IRQ of
+    /// [`super::orq::ORQ_CAPACITY`] and [`irq::IRQ_CAPACITY`] slots in place: it decodes
+    /// nothing ([`Session::start`] starts it).
+    pub const IDLE: Session = Session::idle(Orq::new(), Irq::new());
 
     /// The session of a connection that completed MPA negotiation `n` at time `now` (ms),
-    /// with inbound and outbound Read depths `cfg.ird` and `cfg.ord` (each capped at
-    /// [`super::orq::MAX_ORD`], see [`SessionConfig::capped`]).
+    /// with inbound and outbound Read depths `cfg.ird` and `cfg.ord` (see
+    /// [`Session::start`]), its queues in place (inline: see [`Orq::new`]).
+    #[inline]
     pub fn new(n: &Negotiated, cfg: SessionConfig, now: u64) -> Self {
         let mut s = Self::IDLE;
         s.start(n, cfg, now);
         s
     }
+}
 
-    /// Starts this session in place (see [`Session::new`]), whatever it held before.
+impl<S: Store> Session<S> {
+    /// A session that is not started, whose outbound Reads go into `orq` and the peer's
+    /// Read Requests into `irq`: it decodes nothing ([`Session::start`] starts it).
+    pub const fn idle(orq: Orq<S::Orq>, irq: Irq<S::Irq>) -> Self {
+        Session {
+            cfg: SessionConfig {
+                ird: 0,
+                ord: 0,
+                timeout_ms: 0,
+            },
+            dec: Decoder::with_orq(
+                RxConfig {
+                    markers: false,
+                    crc: false,
+                    fpduptr: FpduPtrBase::UlpduLength,
+                },
+                DdpConfig {
+                    wire: ulpdu::Config::RFC,
+                    ird: 0,
+                },
+                orq,
+            ),
+            irq,
+            rtr: RtrPhase::Done,
+            state: SessionState::Closed(Close::PeerTerminated(None)),
+            reported: Reported::Closed,
+        }
+    }
+
+    /// Starts this session in place for a connection that completed MPA negotiation `n`
+    /// at time `now` (ms), whatever it held before; its queues are emptied. IRD and ORD
+    /// are `cfg.ird` and `cfg.ord` capped at [`super::orq::MAX_ORD`]
+    /// ([`SessionConfig::capped`]) and at the queues' capacities less the slot each keeps
+    /// for a zero-length Read RTR (RFC 6581 §5, §9.1): an ORQ of `ord + 1` and an IRQ of
+    /// `ird + 1` slots serve depths `ord` and `ird` in full.
     pub fn start(&mut self, n: &Negotiated, cfg: SessionConfig, now: u64) {
         let cfg = cfg.capped();
+        let room = |cap: usize| u32::try_from(cap.saturating_sub(1)).unwrap_or(u32::MAX);
+        let cfg = SessionConfig {
+            ird: cfg.ird.min(room(self.irq.capacity())),
+            ord: cfg.ord.min(room(self.dec.ddp().orq().capacity())),
+            timeout_ms: cfg.timeout_ms,
+        };
         let responder = n.role == Role::Responder;
         // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1).
         let rx_ird = if responder && n.rtr == Some(RtrType::Read) {
@@ -339,7 +362,7 @@ impl Session {
     }
 
     /// The RX decoder (its deframer's FPDU count, whether it sits between FPDUs, the ORQ).
-    pub const fn decoder(&self) -> &Decoder {
+    pub const fn decoder(&self) -> &Decoder<S> {
         &self.dec
     }
 
@@ -354,7 +377,7 @@ impl Session {
     }
 
     /// The peer's Read Requests still to answer.
-    pub const fn irq(&self) -> &Irq {
+    pub const fn irq(&self) -> &Irq<S::Irq> {
         &self.irq
     }
 
@@ -371,9 +394,9 @@ impl Session {
     /// Returns whether the transmit side has new work: a Read Request to answer, a Read
     /// completed (ORD or a fence may let the SQ go on), the Responder's gate opened, or the
     /// state changed.
-    pub fn handle_rx<S: RxStream, M: MemoryLookup, E: SessionEvents>(
+    pub fn handle_rx<R: RxStream, M: MemoryLookup, E: SessionEvents>(
         &mut self,
-        stream: &mut S,
+        stream: &mut R,
         mem: &mut M,
         events: &mut E,
         now: u64,
@@ -684,20 +707,20 @@ const fn is_send_rtr(msn: u32, mo: u32, len: u32) -> bool {
 
 /// The decoder's events seen by the session: RTR messages and Read Requests are the
 /// session's; completions go on to the shell.
-struct SessionRx<'a, E: SessionEvents> {
+struct SessionRx<'a, E: SessionEvents, I: Slots<ReadRequest>> {
     inner: &'a mut E,
     rtr: &'a Cell<RtrPhase>,
-    irq: &'a mut Irq,
+    irq: &'a mut Irq<I>,
     peer_term: &'a mut Option<Option<Terminate>>,
 }
 
-impl<E: SessionEvents> SessionRx<'_, E> {
+impl<E: SessionEvents, I: Slots<ReadRequest>> SessionRx<'_, E, I> {
     fn not_send_rtr(&mut self) {
         not_send_rtr(self.rtr);
     }
 }
 
-impl<E: SessionEvents> RxEvents for SessionRx<'_, E> {
+impl<E: SessionEvents, I: Slots<ReadRequest>> RxEvents for SessionRx<'_, E, I> {
     fn message_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
         let rtr =
             send_rtr_expected(self.rtr) && msg.imm.is_none() && is_send_rtr(msg.msn, 0, msg.len);
@@ -727,7 +750,8 @@ impl<E: SessionEvents> RxEvents for SessionRx<'_, E> {
 
     fn read_request(&mut self, req: &ReadRequest) -> Result<(), TermCause> {
         self.not_send_rtr();
-        // The decoder admits at most IRD (<= IRQ_CAPACITY) unanswered Requests.
+        // The decoder admits at most IRD (< the IRQ's capacity, or 1 for the Read RTR)
+        // unanswered Requests.
         self.irq
             .push(*req)
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))

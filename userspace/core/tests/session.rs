@@ -193,6 +193,70 @@ fn read_requests_are_answered_in_order_within_ird() {
 }
 
 #[test]
+fn depths_reach_max_ord_in_storage_sized_for_them() {
+    use rsiw_core::engine::orq::{Orq, OrqEntry, MAX_ORD};
+    use rsiw_core::engine::session::irq::{self, Irq};
+    use rsiw_core::engine::session::{Session, SessionConfig};
+
+    let n = negotiated(Role::Responder, Framing::CRC, None);
+    let cfg = SessionConfig {
+        ird: 1000,
+        ord: 1000,
+        timeout_ms: TIMEOUT_MS,
+    };
+    // Depths beyond MAX_ORD are capped, in place and in allocated storage alike.
+    assert_eq!(Session::new(&n, cfg, 0).config().ird, MAX_ORD);
+    assert_eq!(Session::new(&n, cfg, 0).config().ord, MAX_ORD);
+    // Storage smaller than the depths caps them, keeping one slot for a Read RTR.
+    let mut s: Session<Sized> = Session::idle(
+        Orq::with_slots(vec![OrqEntry::EMPTY; 3]),
+        Irq::with_slots(vec![irq::EMPTY_SLOT; 2]),
+    );
+    s.start(&n, cfg, 0);
+    assert_eq!((s.config().ird, s.config().ord), (1, 2));
+
+    // IRD MAX_ORD: that many Read Requests are answered in order; one more exceeds it.
+    let reqs: Vec<_> = (0..=MAX_ORD)
+        .map(|i| read_request(0x77, i, 0x300, 0x3000))
+        .collect();
+    let within = stream(|b| {
+        for (msn, r) in (1..).zip(&reqs[..MAX_ORD as usize]) {
+            b.push(&rreq(msn, *r), &[]);
+        }
+    });
+    let mut h = harness(Role::Responder, None, MAX_ORD, 0);
+    h.run(&[Op::Rx(within), TX]);
+    let answered: Vec<_> = h
+        .transmits()
+        .into_iter()
+        .filter_map(|t| match t {
+            Transmit::ReadResponse(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, reqs[..MAX_ORD as usize]);
+    assert_eq!(h.session.state(), SessionState::Active);
+    let over = stream(|b| {
+        for (msn, r) in (1..).zip(&reqs) {
+            b.push(&rreq(msn, *r), &[]);
+        }
+    });
+    let mut h = harness(Role::Responder, None, MAX_ORD, 0);
+    h.run(&[Op::Rx(over), TX]);
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+
+    // ORD MAX_ORD: that many Reads go out before the SQ waits.
+    let mut h = harness(Role::Initiator, None, 0, MAX_ORD);
+    let posts: Vec<_> = (0..=MAX_ORD).map(|_| Op::Post(READ)).collect();
+    h.run(&posts);
+    h.run(&[TX]);
+    assert_eq!(h.session.reads_outstanding(), MAX_ORD as usize);
+}
+
+#[test]
 fn ord_and_the_read_fence_hold_the_sq() {
     let fenced = SqHead {
         fenced: true,

@@ -25,7 +25,9 @@
 use crate::ddp_util::{check_placement, Framing, MockMem};
 use crate::mpa_util::SliceRx;
 use rsiw_core::engine::ddp_rx::{Access, MessageDone, TaggedDone};
-use rsiw_core::engine::orq::ReadSink;
+use rsiw_core::engine::orq::{Orq, OrqEntry, ReadSink};
+use rsiw_core::engine::ring::Store;
+use rsiw_core::engine::session::irq::{self, Irq};
 use rsiw_core::engine::session::{
     Admit, Close, Event, Session, SessionConfig, SessionEvents, SessionState, SqHead, Transmit,
 };
@@ -124,9 +126,19 @@ pub enum Op {
     Fail(TermCause),
 }
 
+/// Queue storage allocated for the depths of one connection, as the kernel's shell
+/// allocates it: `ord + 1` ORQ and `ird + 1` IRQ slots.
+#[derive(Debug)]
+pub struct Sized;
+
+impl Store for Sized {
+    type Orq = Vec<OrqEntry>;
+    type Irq = Vec<ReadRequest>;
+}
+
 /// The harness shell (see the module documentation).
 pub struct Harness {
-    pub session: Session,
+    pub session: Session<Sized>,
     pub mem: MockMem,
     rec: Rec,
     pub now: u64,
@@ -157,8 +169,14 @@ impl Harness {
             ord,
             timeout_ms: TIMEOUT_MS,
         };
+        let depth = cfg.capped();
+        let mut session = Session::idle(
+            Orq::with_slots(vec![OrqEntry::EMPTY; depth.ord as usize + 1]),
+            Irq::with_slots(vec![irq::EMPTY_SLOT; depth.ird as usize + 1]),
+        );
+        session.start(n, cfg, 0);
         Harness {
-            session: Session::new(n, cfg, 0),
+            session,
             mem: MockMem::sample(),
             rec: Rec::default(),
             now: 0,
