@@ -3,12 +3,15 @@
  * rsiw C shim: see rsiw_helpers.h.  Each function is the out-of-line form of one inline
  * function or macro, so Rust can call it through bindgen.
  */
+#include <linux/bottom_half.h>
+#include <linux/cpumask.h>
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/smp.h>
 #include <linux/vmalloc.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
@@ -277,6 +280,51 @@ int rsiw_wq_init(void)
 struct workqueue_struct *rsiw_wq_get(void)
 {
 	return rsiw_wq;
+}
+
+void rsiw_work_init(struct work_struct *work, void (*fn)(struct work_struct *work))
+{
+	INIT_WORK(work, fn);
+}
+
+bool rsiw_queue_work_on(unsigned int cpu, struct work_struct *work)
+{
+	return queue_work_on(cpu, rsiw_wq, work);
+}
+
+bool rsiw_cancel_work_sync(struct work_struct *work)
+{
+	return cancel_work_sync(work);
+}
+
+unsigned int rsiw_get_cpu(void)
+{
+	return get_cpu();
+}
+
+void rsiw_put_cpu(void)
+{
+	put_cpu();
+}
+
+bool rsiw_cpu_online(unsigned int cpu)
+{
+	return cpu < nr_cpu_ids && cpu_online(cpu);
+}
+
+void rsiw_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rsiw_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+void rsiw_wq_flush(void)
+{
+	flush_workqueue(rsiw_wq);
 }
 
 void rsiw_eth_random_addr(u8 *addr)

@@ -194,6 +194,27 @@ int rsiw_attr_group_add(struct rsiw_attr_group *g, const char *name, rsiw_attr_s
 struct nlattr *rsiw_res_driver_begin(struct sk_buff *msg);
 void rsiw_res_driver_end(struct sk_buff *msg, struct nlattr *table, bool ok);
 
+/*
+ * A CQ's completion vector: the handler call deferred to the vector's CPU.
+ * rsiw_work_init() is INIT_WORK() (one lockdep class for all of rsiw's CQs);
+ * rsiw_queue_work_on() is queue_work_on(@cpu, "rsiw", @work), false if @work was pending
+ * already; rsiw_cancel_work_sync() is cancel_work_sync().  rsiw_get_cpu()/rsiw_put_cpu()
+ * are get_cpu()/put_cpu(), rsiw_cpu_online() is cpu_online() for any @cpu (false beyond
+ * nr_cpu_ids), rsiw_local_bh_disable()/rsiw_local_bh_enable() are local_bh_disable() and
+ * local_bh_enable().
+ */
+struct work_struct;
+void rsiw_work_init(struct work_struct *work, void (*fn)(struct work_struct *work));
+bool rsiw_queue_work_on(unsigned int cpu, struct work_struct *work);
+bool rsiw_cancel_work_sync(struct work_struct *work);
+unsigned int rsiw_get_cpu(void);
+void rsiw_put_cpu(void);
+bool rsiw_cpu_online(unsigned int cpu);
+void rsiw_local_bh_disable(void);
+void rsiw_local_bh_enable(void);
+/* flush_workqueue() of "rsiw": every handler call queued before it has run (KUnit). */
+void rsiw_wq_flush(void);
+
 /* in_serving_softirq(): the caller runs a softirq handler (KUnit checks of the context). */
 bool rsiw_in_serving_softirq(void);
 

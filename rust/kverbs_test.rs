@@ -21,8 +21,8 @@ mod suite {
     use crate::stag::{access_bits, MrRef};
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
-        netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events, KCq, KDevice, KMr, KPd, KQp,
-        KSrq, PostFail, RecvReq, SendReq, Sge, SoftirqChain,
+        cpu_online, flush_comp_calls, netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events,
+        KCq, KDevice, KMr, KPd, KQp, KSrq, PostFail, RecvReq, SendReq, Sge, SoftirqChain,
     };
     use crate::sys::net::link::LinkHandler;
     use crate::sys::obj::QpEvent;
@@ -95,6 +95,7 @@ mod suite {
     static SRQ_CQ_EV: Events = Events::new();
     static SRQ_EV: Events = Events::new();
     static SRQ_QP_EV: Events = Events::new();
+    static VECTOR_EV: Events = Events::new();
 
     /// Creates an rsiw device on `lo`, runs `f` on it and removes the device.
     fn with_device(f: impl FnOnce(&KDevice<Device>) -> Checked) -> Checked {
@@ -368,24 +369,29 @@ mod suite {
         Ok(())
     }
 
-    /// Completion notification: one-shot arms, solicited-only arms, missed events.
-    /// Returns the completion handler calls counted before the first arm.
+    /// Completion notification: one-shot arms, solicited-only arms, missed events. The
+    /// CQ is on vector 0, so a handler call may run from CPU 0's work item: each count is
+    /// read after [`flush_comp_calls`]. Returns the completion handler calls counted
+    /// before the first arm.
     fn qp_completion_notification(t: &QpRig<'_>) -> Checked<u32> {
         let (q, cq) = (t.qp.driver(), t.cq);
         check!(cq.req_notify(b::ib_cq_notify_flags_IB_CQ_NEXT_COMP) == 0);
         let calls = CQ_EV.count();
         let r = wqe!(Qp::take_rqe(q));
         Qp::complete_recv(q, r.id, SUCCESS, 1, None, false);
+        flush_comp_calls();
         check!(CQ_EV.count() == calls + 1 && CQ_EV.last() == Events::COMPLETION);
         let flags = b::ib_cq_notify_flags_IB_CQ_SOLICITED
             | b::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
         check!(cq.req_notify(flags) == 1);
         let r = wqe!(Qp::take_rqe(q));
         Qp::complete_recv(q, r.id, SUCCESS, 0, None, false);
+        flush_comp_calls();
         check!(CQ_EV.count() == calls + 1);
         let r = wqe!(Qp::take_rqe(q));
         check!(r.id == 15);
         Qp::complete_recv(q, r.id, SUCCESS, 5, None, true);
+        flush_comp_calls();
         check!(CQ_EV.count() == calls + 2);
         let mut wc = [b::ib_wc::zeroed(); 4];
         check!(
@@ -414,6 +420,7 @@ mod suite {
         let events = QP_EV.count();
         Qp::enter_error(q, Some(QpEvent::Fatal));
         check!(QP_EV.count() == events + 2 && QP_EV.last() == b::ib_event_type_IB_EVENT_SQ_DRAINED);
+        flush_comp_calls();
         check!(CQ_EV.count() == calls + 3);
         let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
         check!(poll_one(cq) == Some((17, flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
@@ -804,6 +811,49 @@ mod suite {
         Ok(())
     }
 
+    /// Completion vectors: the handler of a CQ on vector `v` runs on CPU `v`, whichever CPU
+    /// completes the work request, for every online CPU's vector (up to 64). The QP is in
+    /// ERROR, so each signalled Send completes (flushed) in `post_send`, on the CPU of this
+    /// thread, which is another vector's CPU for all but one vector (two or more CPUs).
+    fn comp_vector_flow(dev: &KDevice<Device>) -> Checked {
+        let pd = req!(KPd::new(dev));
+        let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));
+        let one = [sge(buf.as_ptr() as u64, 64, pd.local_dma_lkey())];
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        let next = b::ib_cq_notify_flags_IB_CQ_NEXT_COMP;
+        let mut vectors = 0;
+        for v in 0..kernel::cpu::nr_cpu_ids().min(64) {
+            if !cpu_online(v) {
+                continue;
+            }
+            let cq = req!(KCq::on_vector(dev, 4, &VECTOR_EV, v));
+            let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, SMALL_CAPS, &QP_EV));
+            req!(qp.set_state(INIT));
+            req!(qp.set_state(ERR));
+            check!(cq.req_notify(next) == 0);
+            let calls = VECTOR_EV.count();
+            req!(qp.post_send(&[send(
+                u64::from(v),
+                b::ib_wr_opcode_IB_WR_SEND,
+                SIGNALED,
+                &one
+            )]));
+            flush_comp_calls();
+            check!(VECTOR_EV.count() == calls + 1 && VECTOR_EV.last() == Events::COMPLETION);
+            check!(VECTOR_EV.cpu() == v);
+            let flush = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+            check!(poll_one(&cq) == Some((u64::from(v), flush, b::ib_wc_opcode_IB_WC_SEND, 0)));
+            // Unarmed: a second completion calls no handler, on no CPU.
+            req!(qp.post_send(&[send(99, b::ib_wr_opcode_IB_WR_SEND, SIGNALED, &one)]));
+            flush_comp_calls();
+            check!(VECTOR_EV.count() == calls + 1);
+            check!(poll_one(&cq).is_some());
+            vectors += 1;
+        }
+        check!(vectors >= 1);
+        Ok(())
+    }
+
     #[test]
     fn kernel_qp_verbs_and_data_path_interface() {
         assert!(run(qp_flow));
@@ -827,5 +877,10 @@ mod suite {
     #[test]
     fn post_send_from_softirq_completion_handler() {
         assert!(run(softirq_post_flow));
+    }
+
+    #[test]
+    fn completion_handler_runs_on_the_vectors_cpu() {
+        assert!(run(comp_vector_flow));
     }
 }

@@ -111,6 +111,7 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.mmap = Some(super::mem::umap::mmap_c);
         ops.mmap_free = Some(super::mem::umap::mmap_free_c);
         ops.create_cq = Some(Self::create_cq_c);
+        ops.pre_destroy_cq = Some(Self::pre_destroy_cq_c);
         ops.destroy_cq = Some(Self::destroy_cq_c);
         ops.poll_cq = Some(Self::poll_cq_c);
         ops.req_notify_cq = Some(Self::req_notify_cq_c);

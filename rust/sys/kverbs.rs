@@ -139,10 +139,23 @@ impl<T: DeviceOps> Drop for KDevice<T> {
     }
 }
 
+/// Waits until every completion handler call queued for a vector's CPU so far has run.
+pub(crate) fn flush_comp_calls() {
+    // SAFETY: the work queue exists while the module is loaded; the caller may sleep.
+    unsafe { bindings::rsiw_wq_flush() };
+}
+
+/// Whether `cpu` is an online CPU.
+pub(crate) fn cpu_online(cpu: u32) -> bool {
+    // SAFETY: `rsiw_cpu_online` takes any CPU number.
+    unsafe { bindings::rsiw_cpu_online(cpu) }
+}
+
 /// Asynchronous events and completion handler calls received by a kernel object.
 pub(crate) struct Events {
     count: AtomicU32,
     last: AtomicU32,
+    cpu: AtomicU32,
 }
 
 impl Events {
@@ -154,7 +167,13 @@ impl Events {
         Self {
             count: AtomicU32::new(0),
             last: AtomicU32::new(u32::MAX),
+            cpu: AtomicU32::new(u32::MAX),
         }
+    }
+
+    /// The CPU the last completion handler call ran on, `u32::MAX` if none.
+    pub(crate) fn cpu(&self) -> u32 {
+        self.cpu.load(Ordering::Acquire)
     }
 
     /// How many events (or completion handler calls) arrived.
@@ -190,6 +209,9 @@ impl Events {
     /// Called by the RDMA core with the context from `as_ctx`.
     unsafe extern "C" fn comp_c(_cq: *mut bindings::ib_cq, ctx: *mut c_void) {
         // SAFETY: `ctx` is a `&'static Events` (`as_ctx`).
-        unsafe { (*ctx.cast::<Events>()).record(Events::COMPLETION) };
+        let this = unsafe { &*ctx.cast::<Events>() };
+        this.cpu
+            .store(kernel::cpu::CpuId::current().as_u32(), Ordering::Release);
+        this.record(Events::COMPLETION);
     }
 }

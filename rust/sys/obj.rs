@@ -11,6 +11,7 @@
 use super::bindings;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
+use core::ptr::{addr_of, addr_of_mut};
 use kernel::prelude::*;
 use kernel::sync::{Completion, Refcount};
 use kernel::types::Opaque;
@@ -81,8 +82,150 @@ impl<C, T> Obj<C, T> {
     }
 }
 
-/// A completion queue: `struct ib_cq` followed by the driver's CQ data.
-pub(crate) type IbCq<T> = Obj<bindings::ib_cq, T>;
+/// A completion queue: `struct ib_cq`, the work item that runs the consumer's completion
+/// handler on the CPU of the CQ's completion vector, that CPU, and the driver's CQ data.
+///
+/// Completion vector `v` is CPU `v` (the device offers one vector per possible CPU id). A
+/// due handler call runs at once if the completing context is on that CPU, or if the CPU
+/// is offline (or not a CPU at all); otherwise `comp` runs it there, on rsiw's work queue.
+///
+/// # Invariants
+///
+/// As for [`Obj`]; in addition `comp` is an initialised work item whose function is
+/// [`IbCq::comp_work_c`] for this `T` from the start of the data's window until the
+/// destroy trampoline, which cancels it (and waits for a running call) before it drops
+/// `data`; nothing queues it after that. `cpu` does not change within the window.
+#[repr(C)]
+pub(crate) struct IbCq<T> {
+    base: Opaque<bindings::ib_cq>,
+    comp: Opaque<bindings::work_struct>,
+    cpu: u32,
+    data: T,
+}
+
+impl<T> core::ops::Deref for IbCq<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+impl<T> IbCq<T> {
+    /// Returns the CQ behind a core pointer.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Obj::from_raw`].
+    pub(super) unsafe fn from_raw<'a>(raw: *mut bindings::ib_cq) -> &'a Self {
+        // SAFETY: `base` is the first field of a `repr(C)` struct, so the container starts at
+        // `raw`; the caller guarantees it is live and initialised.
+        unsafe { &*raw.cast::<Self>() }
+    }
+
+    /// Returns the core object's raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.base.get()
+    }
+
+    /// Initialises everything but `base` at `raw`: the completion work item, the CPU of
+    /// completion vector `vector` and `data` with `init`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Obj::init_data`].
+    pub(super) unsafe fn init_rest<E>(
+        raw: *mut bindings::ib_cq,
+        vector: u32,
+        init: impl PinInit<T, E>,
+    ) -> Result<(), E> {
+        let this = raw.cast::<Self>();
+        // SAFETY: the slots lie inside the allocation, are pinned (the core never moves its
+        // objects) and exclusively ours; on error nothing was queued and `init` leaves
+        // `data` uninitialised, which the core frees as plain memory.
+        unsafe {
+            bindings::rsiw_work_init(
+                Opaque::cast_into(addr_of!((*this).comp)),
+                Some(Self::comp_work_c),
+            );
+            addr_of_mut!((*this).cpu).write(vector);
+            init.__init(addr_of_mut!((*this).data))
+        }
+    }
+
+    /// Cancels a queued completion handler call and waits for one that is running.
+    ///
+    /// # Safety
+    ///
+    /// Called from process context by the destroy path of a live CQ (`pre_destroy_cq`,
+    /// `destroy_cq`): no QP uses the CQ any more, so nothing queues the work again.
+    pub(super) unsafe fn cancel_comp(raw: *mut bindings::ib_cq) {
+        let this = raw.cast::<Self>();
+        // SAFETY: `comp` is an initialised work item (type invariant); the caller may sleep.
+        unsafe { bindings::rsiw_cancel_work_sync(Opaque::cast_into(addr_of!((*this).comp))) };
+    }
+
+    /// Cancels the completion work (see [`IbCq::cancel_comp`]) and drops `data` in place.
+    ///
+    /// # Safety
+    ///
+    /// As for [`IbCq::cancel_comp`] and [`Obj::drop_data`].
+    pub(super) unsafe fn drop_rest(raw: *mut bindings::ib_cq) {
+        let this = raw.cast::<Self>();
+        // SAFETY: guaranteed by the caller; after the cancel no work item refers to the CQ,
+        // so the core may free it once the destroy trampoline returns.
+        unsafe {
+            Self::cancel_comp(raw);
+            core::ptr::drop_in_place(addr_of_mut!((*this).data));
+        }
+    }
+
+    /// Copies the name of the CQ's device ("rsiw0") into `buf`, cut to fit; returns its
+    /// length in octets.
+    pub(crate) fn device_name_into(&self, buf: &mut [u8]) -> usize {
+        // SAFETY: the CQ is live (type invariant), and so is the device it belongs to: the
+        // core destroys a device's objects before the device.
+        unsafe { super::ibdev::raw_name_into((*self.as_raw()).device, buf) }
+    }
+
+    /// The work function of `comp`: calls the consumer's handler with softirqs disabled,
+    /// as in the interrupt context it expects (`IB_POLL_SOFTIRQ`'s `irq_poll_sched` raises
+    /// the softirq, which runs at once when they are enabled again).
+    ///
+    /// # Safety
+    ///
+    /// Called by the work queue with the `comp` of a live `IbCq<T>`.
+    unsafe extern "C" fn comp_work_c(work: *mut bindings::work_struct) {
+        // SAFETY: `work` is the `comp` field of an `IbCq<T>` (`repr(C)`); the CQ is live
+        // while its work runs, since destroy cancels the work (and waits for it) first.
+        let this = unsafe {
+            &*work
+                .cast::<u8>()
+                .sub(core::mem::offset_of!(Self, comp))
+                .cast::<Self>()
+        };
+        // SAFETY: a work function runs in process context with softirqs enabled; the
+        // enable balances the disable.
+        unsafe { bindings::rsiw_local_bh_disable() };
+        this.run_comp_handler();
+        // SAFETY: as above.
+        unsafe { bindings::rsiw_local_bh_enable() };
+    }
+
+    /// Calls the consumer's completion handler (`ib_cq::comp_handler`) here and now, if it
+    /// has one.
+    fn run_comp_handler(&self) {
+        let cq = self.as_raw();
+        // SAFETY: the CQ is live (type invariant); the core set `comp_handler` and
+        // `cq_context` before calling `create_cq` and does not change them afterwards.
+        unsafe {
+            if let Some(handler) = (*cq).comp_handler {
+                handler(cq, (*cq).cq_context);
+            }
+        }
+    }
+}
+
 /// A shared receive queue: `struct ib_srq` followed by the driver's SRQ data.
 pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
 /// A memory region: `struct ib_mr` followed by the driver's MR data.
@@ -102,7 +245,7 @@ macro_rules! device_name_into {
         }
     )*};
 }
-device_name_into!(bindings::ib_cq, bindings::ib_srq, bindings::ib_mr);
+device_name_into!(bindings::ib_srq, bindings::ib_mr);
 
 /// The affiliated asynchronous events of a QP rsiw reports (`enum ib_event_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,19 +289,28 @@ fn event(
 }
 
 impl<T> IbCq<T> {
-    /// Calls the consumer's completion handler (`ib_cq::comp_handler`), if it has one.
+    /// Has the consumer's completion handler (`ib_cq::comp_handler`) called on the CPU of
+    /// the CQ's completion vector: at once if this context runs there (or that CPU is
+    /// offline), else from the CQ's work item on that CPU. A call already queued covers
+    /// this one (the handler is an edge notification: it polls all that is there).
     ///
     /// Must not be called with a lock held that the consumer's handler may take (it may
     /// poll the CQ, re-arm it or post work requests).
     pub(crate) fn call_comp_handler(&self) {
-        let cq = self.as_raw();
-        // SAFETY: the CQ is live (type invariant); the core set `comp_handler` and
-        // `cq_context` before calling `create_cq` and does not change them afterwards.
-        unsafe {
-            if let Some(handler) = (*cq).comp_handler {
-                handler(cq, (*cq).cq_context);
-            }
+        // SAFETY: pairs with `rsiw_put_cpu` below; no sleeping in between (the handler is
+        // one that interrupt context may run).
+        let here = unsafe { bindings::rsiw_get_cpu() };
+        // SAFETY: `rsiw_cpu_online` takes any CPU number.
+        if here == self.cpu || !unsafe { bindings::rsiw_cpu_online(self.cpu) } {
+            self.run_comp_handler();
+        } else {
+            // SAFETY: `comp` is initialised and the CQ live (type invariants); the work
+            // queue exists while rsiw's objects do. If the CPU goes offline meanwhile, the
+            // work queue runs the item elsewhere.
+            unsafe { bindings::rsiw_queue_work_on(self.cpu, self.comp.get()) };
         }
+        // SAFETY: balances `rsiw_get_cpu`.
+        unsafe { bindings::rsiw_put_cpu() };
     }
 
     /// Reports a CQ overflow (`IB_EVENT_CQ_ERR`) to the consumer's handler.

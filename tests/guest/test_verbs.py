@@ -3,11 +3,12 @@
 SRQs and MRs, their limits, the mapped ring ABI (flush completions polled in user space),
 completion events, and the QP state machine without connections."""
 import errno
+import os
 import re
 
 import pytest
 
-from conftest import sh
+from conftest import dmesg_mark, dmesg_since, load_rsiw, sh, unload_rsiw
 from uverbs_events import event_fds, next_event, readable
 
 from pyverbs import enums as e
@@ -391,6 +392,66 @@ def test_completion_event_on_flush(ctx, solicited_only):
     assert not readable(chfd, 1)
     qp.close()
     cq.close()
+
+
+def online_cpus():
+    with open("/sys/devices/system/cpu/online") as f:
+        cpus = set()
+        for part in f.read().strip().split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def test_completion_event_on_every_vector_from_another_cpu(ctx):
+    # Pinned to one CPU, the flush completes there; a CQ on another CPU's vector has its
+    # handler (uverbs' event) called from that CPU's work item, which still wakes the channel.
+    cpus = online_cpus()
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    try:
+        pd = PD(ctx)
+        mr = MR(pd, 4096, ACCESS)
+        for v in cpus[:8]:
+            before = event_fds()
+            ch = CompChannel(ctx)
+            (chfd,) = set(event_fds()) - set(before)
+            cq = CQ(ctx, 16, None, ch, v)
+            qp = make_qp(pd, cq)
+            modify(qp, e.IBV_QPS_INIT)
+            qp.post_recv(RecvWR(wr_id=v, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+            cq.req_notify()
+            modify(qp, e.IBV_QPS_ERR)
+            assert readable(chfd), f"no completion event on vector {v}"
+            ch.get_cq_event(cq)
+            cq.ack_events(1)
+            assert [w.wr_id for w in poll_all(cq, 1)] == [v]
+            qp.close()
+            cq.close()
+            ch.close()
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+KUNIT_VECTOR_CASE = "completion_handler_runs_on_the_vectors_cpu"
+
+
+@pytest.mark.skipif(os.environ.get("RSIW_KERNEL") != "debug", reason="KUnit is built in only on the debug kernel")
+def test_completion_handler_runs_on_the_vectors_cpu():
+    # The KUnit case of rsiw_kverbs (rust/kverbs_test.rs) arms a kernel CQ on each online
+    # CPU's vector, completes a Send from its own thread and checks the CPU its
+    # completion handler recorded: with two or more CPUs, the handler of all but one
+    # vector must have moved off the completing CPU.
+    assert len(online_cpus()) >= 2, "the guest needs two CPUs for this test to mean anything"
+    unload_rsiw()
+    mark = dmesg_mark()
+    load_rsiw()
+    try:
+        new = "\n".join(dmesg_since(mark))
+        assert re.search(rf"^\s*(\[[^\]]*\]\s*)?ok \d+ {KUNIT_VECTOR_CASE}\s*$", new, re.M), new
+        assert "rsiw_kverbs: check failed" not in new, new
+    finally:
+        unload_rsiw()
 
 
 def test_cq_overflow_reports_cq_error(ctx):

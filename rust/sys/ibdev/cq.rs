@@ -2,7 +2,8 @@
 
 //! Trampolines of the CQ verbs. CQ containers are allocated by the core (size in
 //! `IbDevice::<T>::OPS`); the driver data is initialised in `create_cq_c` and dropped in
-//! `destroy_cq_c`.
+//! `destroy_cq_c`, after the completion handler call queued for the vector's CPU, if any,
+//! was cancelled.
 
 use super::{CqAttr, CqNotify, CqOps, DeviceOps, IbDevice, WcSlot};
 use crate::sys::bindings;
@@ -29,7 +30,9 @@ impl<T: DeviceOps> IbDevice<T> {
                 user(bindings::rsiw_bundle_udata(attrs)),
             )
         };
-        // The core checks `comp_vector` against the device's vectors.
+        // The core checks a user caller's `comp_vector` against the device's vectors; a
+        // vector that names no online CPU has the handler called where completions happen.
+        let vector = attr.comp_vector;
         let attr = CqAttr {
             cqe: attr.cqe,
             flags: attr.flags,
@@ -38,12 +41,26 @@ impl<T: DeviceOps> IbDevice<T> {
             Ok(r) => r,
             Err(e) => return e.to_errno(),
         };
-        // SAFETY: the data part of the core's CQ allocation is uninitialised and ours.
-        if let Err(e) = unsafe { IbCq::<T::Cq>::init_data(cq, init) } {
+        // SAFETY: the driver part of the core's CQ allocation is uninitialised and ours.
+        if let Err(e) = unsafe { IbCq::<T::Cq>::init_rest(cq, vector, init) } {
             return e.to_errno();
         }
         // SAFETY: the data is initialised now.
         unsafe { IbCq::<T::Cq>::from_raw(cq) }.set_depth(depth);
+        0
+    }
+
+    /// `pre_destroy_cq` (`ib_free_cq` only, before it stops the core's own polling):
+    /// cancels a completion handler call still queued for the vector's CPU, which could
+    /// otherwise schedule the core's poller after it was stopped.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_cq_c`.
+    pub(super) unsafe extern "C" fn pre_destroy_cq_c(cq: *mut bindings::ib_cq) -> c_int {
+        // SAFETY: the core frees a live CQ of this device that no QP uses any more, from
+        // process context.
+        unsafe { IbCq::<T::Cq>::cancel_comp(cq) };
         0
     }
 
@@ -57,8 +74,10 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the core destroys a live CQ of this device that no QP uses any more.
         let (dev, obj) = unsafe { (Self::from_raw((*cq).device), IbCq::<T::Cq>::from_raw(cq)) };
         T::Cq::destroy(dev, obj);
-        // SAFETY: no verb runs on the CQ any more; the core frees the memory.
-        unsafe { IbCq::<T::Cq>::drop_data(cq) };
+        // SAFETY: no verb runs on the CQ any more and no QP uses it, so nothing queues its
+        // completion work again; `destroy_cq` runs in process context. The core frees the
+        // memory once this returns, after `drop_rest` cancelled the work.
+        unsafe { IbCq::<T::Cq>::drop_rest(cq) };
         0
     }
 

@@ -36,8 +36,24 @@ impl<'d, T: DeviceOps> KCq<'d, T> {
     ///
     /// The error of `ib_create_cq`.
     pub(crate) fn new(dev: &'d KDevice<T>, cqe: u32, events: &'static Events) -> Result<Self> {
+        Self::on_vector(dev, cqe, events, 0)
+    }
+
+    /// Creates a CQ of `cqe` entries on completion vector `vector` whose completion
+    /// handler calls and events are recorded in `events`.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ib_create_cq`.
+    pub(crate) fn on_vector(
+        dev: &'d KDevice<T>,
+        cqe: u32,
+        events: &'static Events,
+        vector: u32,
+    ) -> Result<Self> {
         let mut attr = bindings::ib_cq_init_attr::zeroed();
         attr.cqe = cqe;
+        attr.comp_vector = vector;
         // SAFETY: a live device, valid attributes; the handlers and their context are
         // `'static`.
         let raw = from_err_ptr(unsafe {
