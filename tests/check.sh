@@ -11,8 +11,9 @@
 #      the interop cases the debug kernel leaves out (CRC on with rsiw as server, MPA
 #      revision 1 with CRC), which complete the revision x CRC x role matrix against siw,
 #      rdma-core's own pyverbs suite on rsiw and on siw (tests/guest/test_rdma_core.py),
-#      a link type the debug kernel lacks (GRE), dynamic debug, and NFS over RDMA (the
-#      debug kernel has no nfsd)
+#      a link type the debug kernel lacks (GRE), dynamic debug, NFS over RDMA (the
+#      debug kernel has no nfsd) and SMB Direct (ksmbd and cifs built with it from the
+#      same source, tests/smbdirect.sh)
 #   5. the DKMS install path in the build root, then its module loaded in Debian's kernel
 . "$(dirname "$0")/lib.sh"
 
@@ -32,11 +33,11 @@ log "check: guest tests on Debian's stock kernel (the users' kernel; siw's RTR p
 	env RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 RSIW_INTEROP_FULL=1 \
 	python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest/test_transport.py \
 	tests/guest/test_rdma_core.py tests/guest/test_device.py tests/guest/test_nvmeof.py \
-	tests/guest/test_cm.py tests/guest/test_nfs.py \
+	tests/guest/test_cm.py tests/guest/test_nfs.py tests/guest/test_smb.py \
 	-k "p2p_siw or nvme_rdma_fio or rping_loopback or perftest_loopback \
 	or (interop_siw and crc1 and (rsiw_server or rev1)) or rdma_core_suite \
 	or unsupported_link_type or dynamic_debug or nfs_over_rdma or nfs_with_siw \
-	or impaired_link"
+	or impaired_link or smb_direct"
 log "check: the DKMS install path on Debian's kernel (tests/dkms-test.sh)"
 "$RSIW_TOP/tests/dkms-test.sh"
 log "check: all passed"

@@ -6,7 +6,8 @@
 # The guest's root filesystem is the build root (read-only, with overlays); the
 # repository is mounted read-write at its host path and is the working directory.  The
 # guest sees RSIW_KO (the rsiw.ko built for this kernel), RSIW_SIW_KO (the C siw for the
-# stock kernel; the debug kernel has siw as a regular module), RSIW_KERNEL and
+# stock kernel; the debug kernel has siw as a regular module), RSIW_SMBD_DIR (stock only:
+# smbdirect.ko, ksmbd.ko and cifs.ko with SMB Direct, tests/smbdirect.sh), RSIW_KERNEL and
 # RSIW_RUN_DIR (a scratch directory shared with the host).
 #
 # Prints the command's output; exits with its status.  A boot failure, a guest panic or a
@@ -47,6 +48,8 @@ root=$("$RSIW_TOP/tests/root.sh")
 . "$root/rsiw-versions.env"
 tree=$("$RSIW_TOP/tests/kernel.sh" "$flavour")
 ko=$("$RSIW_TOP/tests/build-module.sh" "$flavour")
+smbd_dir=
+[ "$flavour" = stock ] && smbd_dir=$("$RSIW_TOP/tests/smbdirect.sh")
 cache_unlock
 
 case "$flavour" in
@@ -106,8 +109,8 @@ trap 'rm -rf "$run"' EXIT
 # them from kernel messages (which also reach the console with --verbose).
 {
 	echo "#!/bin/bash"
-	printf 'export RSIW_KO=%q RSIW_SIW_KO=%q RSIW_KERNEL=%q RSIW_RUN_DIR=%q\n' \
-		"$ko" "$siw_ko" "$flavour" "$run"
+	printf 'export RSIW_KO=%q RSIW_SIW_KO=%q RSIW_SMBD_DIR=%q RSIW_KERNEL=%q RSIW_RUN_DIR=%q\n' \
+		"$ko" "$siw_ko" "$smbd_dir" "$flavour" "$run"
 	printf 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n'
 	printf 'export PYTHONUNBUFFERED=1\n'
 	printf 'cd %q || exit 97\n' "$RSIW_TOP"
