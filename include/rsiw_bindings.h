@@ -17,6 +17,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/iw_cm.h>
+#include <rdma/rdma_cm.h>
 #include <rdma/rdma_netlink.h>
 #include <rdma/siw-abi.h>
 

@@ -38,6 +38,8 @@ impl sys::ibdev::Objects for device::Device {
     type Mr = mem::Mr;
     type Listener = cm::Listener;
     type Cep = cm::Cep;
+    const CM_ID_ATTRS: &'static [&'static CStr] = cm::CM_ID_ATTRS;
+    const CM_ID_STATES: &'static [&'static CStr] = cm::CM_ID_STATES;
 }
 
 module! {

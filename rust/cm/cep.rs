@@ -4,7 +4,7 @@
 //! passive (accepted by a [`Listener`]), until the connection is handed to the QP's
 //! transport ([`Conn`]) or closed.
 
-use super::{Listener, TermSink};
+use super::{detail, IdState, Listener, TermSink};
 use crate::conn::{Conn, Terms};
 use crate::device::{Device, Stat, Stats};
 use crate::engine::ddp_tx::DdpTx;
@@ -72,6 +72,26 @@ struct Inner {
 }
 
 impl Inner {
+    /// Shows the CEP's state, QP and Read depths in the details of the id it holds
+    /// (`rdma resource show cm_id -dd`).
+    fn publish(&self) {
+        let Some(d) = self.id.as_ref().and_then(|id| id.details()) else {
+            return;
+        };
+        let state = match self.state {
+            CepState::AwaitReply => IdState::AwaitReply,
+            CepState::AwaitRtr => IdState::AwaitRtr,
+            CepState::Established => IdState::Established,
+            CepState::Closed => IdState::Closed,
+            // The id is the listener's until the consumer accepts.
+            CepState::AwaitRequest | CepState::AwaitAccept => return,
+        };
+        d.set(detail::STATE, state as u32);
+        d.set(detail::QPN, self.qpn);
+        d.set(detail::IRD, self.ird);
+        d.set(detail::ORD, self.ord);
+    }
+
     /// What this CEP's kernel messages start with: the device (once an id is known), the
     /// QP (once a consumer named one) and the peer ("rsiw0 qp 17 10.0.0.2:4791").
     fn tag(&self) -> Tag {
@@ -239,6 +259,7 @@ impl Cep {
             g.qpn = param.qpn;
             g.ird = ird;
             g.ord = ord;
+            g.publish();
             Self::arm_timer(&cep, &mut g);
             if let Err(e) = Self::flush_tx(&mut g) {
                 // iw_connect fails: no event is owed on the id, so the CEP lets go of it
@@ -278,6 +299,7 @@ impl Cep {
                 // Seed draft: the transport starts once the Rtr frame arrived (the work
                 // item); it may be in the socket already.
                 g.state = CepState::AwaitRtr;
+                g.publish();
                 Self::arm_timer(this, g);
                 let _ = crate::sys::cm_queue().enqueue(this.clone());
                 Ok(())
@@ -317,6 +339,17 @@ impl Cep {
         g.startup = None;
         g.state = CepState::Established;
         g.timer = None;
+        g.publish();
+        if let Some(d) = g.id.as_ref().and_then(|id| id.details()) {
+            d.set(detail::MPA_REV, n.rev.into());
+            d.set(detail::MPA_CRC, n.crc.into());
+            d.set(detail::MPA_MARKERS_TX, n.markers_tx.into());
+            d.set(detail::MPA_MARKERS_RX, n.markers_rx.into());
+            d.set(detail::P2P, n.p2p.into());
+            // As the connection's session uses them.
+            d.set(detail::IRD, ird.min(MAX_IRD_ORD));
+            d.set(detail::ORD, ord.min(MAX_IRD_ORD));
+        }
         // The passive consumer's own private data went out in the Reply.
         let private_data = match kind {
             CmEventKind::ConnectReply => n.private_data.as_slice(),
@@ -448,6 +481,7 @@ impl Cep {
         // so this is not the CEP's last.
         g.timer = None;
         g.state = CepState::Closed;
+        g.publish();
         if let Some(s) = g.sock.as_ref() {
             s.shutdown();
         }

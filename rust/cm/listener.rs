@@ -4,7 +4,7 @@
 //! accepts the TCP connections and hands each to a passive [`Cep`] that waits for the
 //! peer's MPA Request.
 
-use super::Cep;
+use super::{detail, Cep, IdState};
 use crate::device::Device;
 use crate::logtag::Tag;
 use crate::sys::ibdev::{IbDevice, ListenerOps};
@@ -65,6 +65,10 @@ impl ListenerOps<Device> for Listener {
                 Tag::new(dev, None, None)
             );
         })?;
+        if let Some(d) = id.details() {
+            d.set(detail::STATE, IdState::Listening as u32);
+            d.set(detail::BACKLOG, u32::try_from(backlog).unwrap_or(0));
+        }
         let l = Arc::pin_init(
             pin_init!(Self {
                 id,

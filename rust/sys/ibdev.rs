@@ -34,12 +34,15 @@ pub(crate) const MAX_ATTRS: usize = bindings::RSIW_MAX_ATTRS as usize;
 
 use super::bindings;
 use super::idtable::RawIdTable;
+use super::iwcm::CmIdDetails;
 use super::net::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use kernel::prelude::*;
+use kernel::sync::Arc;
 use kernel::types::Opaque;
+use kernel::xarray::{AllocKind, XArray};
 
 /// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
 ///
@@ -53,6 +56,9 @@ pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
     /// The device's QPs by number (see `ibdev/qp.rs`).
     pub(super) qps: RawIdTable,
+    /// The details of the `iw_cm_id`s the driver holds, by the id's address (see
+    /// [`super::iwcm::CmIdDetails`]).
+    pub(super) cm_ids: XArray<Arc<CmIdDetails>>,
     /// The sysfs attributes of [`DeviceOps::ATTRS`] (the core's `ops.device_group`).
     attrs: Opaque<bindings::rsiw_attr_group>,
     data: T,
@@ -123,6 +129,9 @@ impl<T: DeviceOps> IbDevice<T> {
         }
         if <T::Qp as QpOps<T>>::HAS_RES_ATTRS {
             ops.fill_res_qp_entry = Some(Self::fill_res_qp_entry_c);
+        }
+        if !T::CM_ID_ATTRS.is_empty() {
+            ops.fill_res_cm_id_entry = Some(Self::fill_res_cm_id_entry_c);
         }
         ops.post_send = Some(Self::post_send_c);
         ops.post_recv = Some(Self::post_recv_c);
@@ -254,21 +263,24 @@ impl<T: DeviceOps> NewDevice<T> {
         let raw = unsafe { bindings::_ib_alloc_device(size_of::<IbDevice<T>>(), ndev.net()) };
         let raw = NonNull::new(raw).ok_or(ENOMEM)?;
         let this = raw.cast::<IbDevice<T>>();
-        // SAFETY: `qps` lies inside the allocation, aligned and pinned; its initialiser is
-        // infallible.
+        // SAFETY: `qps` and `cm_ids` lie inside the allocation, aligned and pinned; their
+        // initialisers are infallible.
         unsafe {
             let qps = core::ptr::addr_of_mut!((*this.as_ptr()).qps);
             let Ok(()) = RawIdTable::new(1).__init(qps);
+            let cm_ids = core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids);
+            let Ok(()) = XArray::new(AllocKind::Alloc).__init(cm_ids);
         }
         // SAFETY: `data` lies inside the allocation, is properly aligned and pinned (the
         // device never moves); on error `init` leaves it uninitialised.
         let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
         // SAFETY: see above.
         if let Err(e) = unsafe { init.__init(slot) } {
-            // SAFETY: `qps` is initialised and unused; no ops are installed, so no
-            // `dealloc_driver` runs on uninit data.
+            // SAFETY: `qps` and `cm_ids` are initialised and unused; no ops are installed,
+            // so no `dealloc_driver` runs on uninit data.
             unsafe {
                 core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).qps));
+                core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids));
                 bindings::ib_dealloc_device(raw.as_ptr());
             }
             return Err(Error::from(e));

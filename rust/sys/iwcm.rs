@@ -17,7 +17,7 @@ use super::net::socket::SockAddr;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 use kernel::types::ForeignOwnable;
@@ -147,8 +147,61 @@ impl CmEvent<'_> {
     }
 }
 
+/// The most driver details an `iw_cm_id` shows ([`Objects::CM_ID_ATTRS`]).
+pub(crate) const MAX_CM_ID_ATTRS: usize = 12;
+
+/// The driver details of an `iw_cm_id` the driver holds, as `rdma resource show cm_id
+/// -dd` shows them: one 32-bit value per name of [`Objects::CM_ID_ATTRS`] (the first, the
+/// state, shown by its name in [`Objects::CM_ID_STATES`]). The holder sets them as the
+/// connection moves on; a value never set is not shown. The netlink reader reads them
+/// without a lock: each value is current, the set of them need not be one snapshot.
+pub(crate) struct CmIdDetails {
+    vals: [AtomicU32; MAX_CM_ID_ATTRS],
+}
+
+impl CmIdDetails {
+    /// A value not set.
+    const UNSET: u32 = u32::MAX;
+
+    fn new() -> Self {
+        Self {
+            vals: [const { AtomicU32::new(Self::UNSET) }; MAX_CM_ID_ATTRS],
+        }
+    }
+
+    /// Sets detail `i` (an index into [`Objects::CM_ID_ATTRS`]) to `v`; `u32::MAX` unsets
+    /// it. An index out of range is ignored.
+    pub(crate) fn set(&self, i: usize, v: u32) {
+        if let Some(a) = self.vals.get(i) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the set details named by `attrs` to `out`, the first as the name in
+    /// `states` of its value.
+    fn write(
+        &self,
+        attrs: &[&'static CStr],
+        states: &[&'static CStr],
+        out: &mut super::ibdev::ResAttrs<'_>,
+    ) -> Result {
+        for (i, (name, v)) in attrs.iter().zip(&self.vals).enumerate() {
+            let v = v.load(Ordering::Relaxed);
+            if v == Self::UNSET {
+                continue;
+            }
+            match states.get(v as usize) {
+                Some(state) if i == 0 => out.str(name, state)?,
+                _ => out.u32(name, v)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A reference to an `iw_cm_id` of a device of type `T`, taken with its `add_ref` and
-/// dropped with `rem_ref`.
+/// dropped with `rem_ref`, with the id's driver details ([`CmIdDetails`]), which the
+/// device's `cm_ids` table lists under the id's address while this reference exists.
 ///
 /// # Invariants
 ///
@@ -159,6 +212,8 @@ pub(crate) struct CmId<T: Objects> {
     ptr: NonNull<b::iw_cm_id>,
     /// The id's [`Phase`] (its events come from one owner at a time, serialised by it).
     phase: AtomicU8,
+    /// The id's details; `None` if they could not be allocated (the id then shows none).
+    details: Option<Arc<CmIdDetails>>,
     _p: PhantomData<fn() -> T>,
 }
 
@@ -185,11 +240,34 @@ impl<T: Objects> CmId<T> {
         // SAFETY: a valid pointer is not null.
         let ptr = unsafe { NonNull::new_unchecked(ptr) };
         // INVARIANT: a reference was just taken; `ptr` is valid.
-        Self {
+        let mut this = Self {
             ptr,
             phase: AtomicU8::new(Phase::of(role) as u8),
+            details: Arc::new(CmIdDetails::new(), GFP_KERNEL).ok(),
             _p: PhantomData,
+        };
+        if let Some(d) = this.details.clone() {
+            let key = this.key();
+            let listed = this.with_device(|dev| {
+                let mut g = dev.cm_ids.lock();
+                // Another reference to the same id keeps its own entry.
+                g.get(key).is_some() || g.store(key, d, GFP_KERNEL).is_ok()
+            });
+            if !listed {
+                this.details = None;
+            }
         }
+        this
+    }
+
+    /// The key of the id in its device's `cm_ids` table: its address.
+    fn key(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The id's driver details, if it has them (see [`CmIdDetails`]).
+    pub(crate) fn details(&self) -> Option<&CmIdDetails> {
+        self.details.as_deref()
     }
 
     /// Where the id is in iw_cm's event contract.
@@ -305,6 +383,15 @@ impl<T: Objects> CmId<T> {
 
 impl<T: Objects> Drop for CmId<T> {
     fn drop(&mut self) {
+        if let Some(d) = self.details.take() {
+            let key = self.key();
+            self.with_device(|dev| {
+                let mut g = dev.cm_ids.lock();
+                if g.get(key).is_some_and(|e| core::ptr::eq(&*e, &*d)) {
+                    drop(g.remove(key));
+                }
+            });
+        }
         let id = self.ptr.as_ptr();
         // SAFETY: we own one reference (invariant); `rem_ref` drops it.
         unsafe {
@@ -479,6 +566,42 @@ mod tests {
 }
 
 impl<T: DeviceOps> IbDevice<T> {
+    /// `fill_res_cm_id_entry`: the driver details of the `iw_cm_id` behind `id`, if the
+    /// driver holds it ([`CmIdDetails`]).
+    ///
+    /// The core holds a reference on the `rdma_cm_id`, whose `iw_cm_id` it destroys only
+    /// after that reference is gone; the `iw_cm_id`'s address is only a key here, never
+    /// dereferenced, and an id the driver holds is listed under it.
+    ///
+    /// # Safety
+    ///
+    /// Called only by the RDMA core's netlink code, through `IbDevice::<T>::OPS`, with the
+    /// message under construction and a live `rdma_cm_id` on a device of this type.
+    pub(super) unsafe extern "C" fn fill_res_cm_id_entry_c(
+        msg: *mut b::sk_buff,
+        id: *mut b::rdma_cm_id,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per the caller; `rdma_iw_cm_id` reads the id's device and private part.
+        let (dev, iw) = unsafe { (Self::from_raw((*id).device), b::rdma_iw_cm_id(id)) };
+        if iw.is_null() {
+            return 0;
+        }
+        let Some(details) = dev.cm_ids.lock().get(iw as usize).map(Arc::from) else {
+            return 0;
+        };
+        // SAFETY: `msg` is the core's message for this call.
+        let table = unsafe { b::rsiw_res_driver_begin(msg) };
+        if table.is_null() {
+            return EMSGSIZE.to_errno();
+        }
+        // SAFETY: as above; the attributes go into the table just opened.
+        let mut out = unsafe { super::ibdev::ResAttrs::new(msg) };
+        let r = details.write(T::CM_ID_ATTRS, T::CM_ID_STATES, &mut out);
+        // SAFETY: `table` was opened on `msg` above and is closed once.
+        unsafe { b::rsiw_res_driver_end(msg, table, r.is_ok()) };
+        errno(r)
+    }
+
     /// `iw_connect`.
     ///
     /// # Safety

@@ -1189,6 +1189,60 @@ def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
     assert max(q["rx_fpdus"] for q in a.values()) > 100, a
 
 
+def res_cm_id_details(dev, ns):
+    """The cm_ids of `dev` with the core's fields and rsiw's details (`rdma -dd -j
+    resource show cm_id`, run in namespace `ns`; driver details prefixed `drv_`)."""
+    out = sh(f"ip netns exec {ns} rdma -dd -j resource show cm_id link {dev}/1",
+             check=False, timeout=T_TOOL).stdout
+    return json.loads(out or "[]")
+
+
+def test_res_cm_id_details_two_ns(two_rsiw, procs, tmp_path):
+    """`rdma resource show cm_id -dd` shows rsiw's details of each id it holds: the
+    ib_send_bw server's listener on rsiw0 (state listening, its backlog) before the
+    client connects, then on both sides the established connections with their QP (the
+    core's lqpn), MPA revision, CRC, markers each way, peer-to-peer model and IRD/ORD, as
+    the devices' settings made them (rsiw1 asks for CRC and markers)."""
+    if STANDIN:
+        pytest.skip("the C siw fills no driver details")
+    two_rsiw()
+    setting(DUT2, "mpa_crc", 1)
+    setting(DUT2, "mpa_markers", 1)
+    p = port()
+    server, client = perftest_argvs("ib_send_bw", DUT, p, ["-s", "4096", "-D", "30"], IP_A,
+                                    IP_B)
+    client[client.index("-d") + 1] = DUT2
+    srv = procs(server, tmp_path / "server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    ids = res_cm_id_details(DUT, NS_A)
+    listening = [c for c in ids if c.get("state") == "LISTEN"]
+    assert listening, ids
+    assert all(c.get("drv_state") == "listening" and c.get("drv_backlog", 0) > 0
+               for c in listening), listening
+    cli = procs(client, tmp_path / "client.txt", NS_B)
+    seen = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not seen:
+        a = [c for c in res_cm_id_details(DUT, NS_A) if c.get("state") == "CONNECT"]
+        b = [c for c in res_cm_id_details(DUT2, NS_B) if c.get("state") == "CONNECT"]
+        if a and b and all(c.get("drv_state") == "established" for c in a + b):
+            seen = (a, b)
+        assert cli.p.poll() is None or seen, "ib_send_bw ended:\n" + cli.output()
+        time.sleep(1)
+    cli.kill()
+    srv.kill()
+    assert seen, f"no established cm_ids on both sides: {a} {b}"
+    a, b = seen
+    print(f"{DUT}: {a}\n{DUT2}: {b}")
+    for dev, ids, markers_tx, markers_rx in ((DUT, a, 1, 0), (DUT2, b, 0, 1)):
+        for c in ids:
+            want = {"drv_qpn": c.get("lqpn"), "drv_mpa_rev": 2, "drv_mpa_crc": 1,
+                    "drv_mpa_markers_tx": markers_tx, "drv_mpa_markers_rx": markers_rx,
+                    "drv_p2p": 0}
+            assert {k: c.get(k) for k in want} == want, (dev, c)
+            assert 0 <= c["drv_ird"] <= 128 and 0 <= c["drv_ord"] <= 128, (dev, c)
+
+
 def test_read_depth_128_two_ns(two_rsiw, procs, tmp_path):
     """The device's largest RDMA Read depth, 128 (`max_qp_rd_atom`, the C siw's), works
     between two devices: ib_read_bw with 128 outstanding Reads (`-o 128`, which perftest

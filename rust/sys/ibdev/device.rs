@@ -211,11 +211,12 @@ impl<T: DeviceOps> IbDevice<T> {
         // data was initialised before the ops were installed (`NewDevice::new`).
         let this = raw.cast::<Self>();
         Registry::remove(raw);
-        // SAFETY: `data` and `qps` are initialised and unused from here on: the core
-        // destroyed all objects, calls no further operations and frees the memory.
+        // SAFETY: `data`, `qps` and `cm_ids` are initialised and unused from here on: the
+        // core destroyed all objects, calls no further operations and frees the memory.
         unsafe {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).cm_ids));
         }
     }
 }

@@ -39,6 +39,14 @@ pub(crate) trait Objects: Sized + Send + Sync {
     type Listener: ListenerOps<Self>;
     /// The driver data of a connection endpoint reported with CONNECT_REQUEST.
     type Cep: CepOps<Self>;
+    /// The names of the driver details of an `iw_cm_id` the driver holds
+    /// ([`crate::sys::iwcm::CmIdDetails`], at most
+    /// [`crate::sys::iwcm::MAX_CM_ID_ATTRS`]): `rdma resource show cm_id -dd` lists them
+    /// after the core's own fields. The first is the id's state, shown by its name in
+    /// [`Objects::CM_ID_STATES`].
+    const CM_ID_ATTRS: &'static [&'static CStr];
+    /// The names of the values of the first of [`Objects::CM_ID_ATTRS`].
+    const CM_ID_STATES: &'static [&'static CStr];
 }
 
 /// The device-level verbs.
@@ -363,7 +371,7 @@ impl ResAttrs<'_> {
     ///
     /// `msg` is the message the core passed to a `fill_res_*_entry` operation, which
     /// this value must not outlive.
-    pub(super) unsafe fn new(msg: *mut bindings::sk_buff) -> Self {
+    pub(in crate::sys) unsafe fn new(msg: *mut bindings::sk_buff) -> Self {
         // INVARIANT: the caller passes the core's message for the call's duration.
         Self {
             msg,
@@ -392,6 +400,18 @@ impl ResAttrs<'_> {
         // SAFETY: as in `u32`.
         crate::sys::to_result(unsafe {
             bindings::rdma_nl_put_driver_u64(self.msg, name.as_char_ptr(), v)
+        })
+    }
+
+    /// Adds the attribute `name` with the string `v`.
+    ///
+    /// # Errors
+    ///
+    /// `EMSGSIZE` when the message is full.
+    pub(crate) fn str(&mut self, name: &'static CStr, v: &'static CStr) -> Result {
+        // SAFETY: as in `u32`; `v` is NUL-terminated too.
+        crate::sys::to_result(unsafe {
+            bindings::rdma_nl_put_driver_string(self.msg, name.as_char_ptr(), v.as_char_ptr())
         })
     }
 }
