@@ -8,6 +8,7 @@ One lockdep report is known and not rsiw's (KNOWN_UPSTREAM): it is shown as a py
 warning instead. Lockdep turns itself off after its first report, so the test that can
 trigger it (NVMe-oF) runs last.
 """
+import json
 import os
 import re
 import subprocess
@@ -157,6 +158,27 @@ def rdma_links():
         if m:
             links[m.group(1)] = m.group(2)
     return links
+
+
+def fio_verify_files(directory, name, bsrange, size_mib, label, timeout):
+    """Runs fio in `directory` (a mounted file system): random O_DIRECT writes of
+    `size_mib` MiB in blocks of `bsrange` (fio's syntax) to file `name`, each with a
+    CRC32c verification header, then reads them back and verifies them. Asserts that fio
+    succeeded, moved all of it both ways and found no error; prints the amounts and time
+    with `label`."""
+    cmd = (f"fio --name={name} --directory={directory} --direct=1 --ioengine=psync "
+           f"--rw=randwrite --bsrange={bsrange} --size={size_mib}M --verify=crc32c "
+           "--do_verify=1 --verify_fatal=1 --verify_state_save=0 --randrepeat=0 "
+           "--output-format=json")
+    t0 = time.monotonic()
+    p = sh(cmd, check=False, timeout=timeout)
+    assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
+    read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
+    print(f"fio on {label}: wrote {write_kb} KiB, verified {read_kb} KiB in "
+          f"{time.monotonic() - t0:.0f} s")
+    assert job["error"] == 0, p.stdout
+    assert write_kb >= size_mib * 1024 and read_kb >= size_mib * 1024, p.stdout
 
 
 def port_counters(dev):

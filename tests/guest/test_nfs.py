@@ -11,15 +11,13 @@ RDMA Write of reply chunks, Send with Invalidate) and client side (xprtrdma: fas
 registration MRs, Local Invalidate). Debian's kernel has nfsd and rpcrdma; the debug
 kernel has neither, so there the tests skip (`make check` runs them on the stock leg).
 """
-import json
 import os
 import subprocess
-import time
 
 import pytest
 
-from conftest import load_rdma_core, load_rsiw, load_siw, module_loaded, port_counters, sh, \
-    unload_rsiw, wait_for
+from conftest import fio_verify_files, load_rdma_core, load_rsiw, load_siw, module_loaded, \
+    port_counters, sh, unload_rsiw, wait_for
 
 NET, ADDR = "rsnfs0", "10.97.0.1"
 # Under /tmp: the rest of the guest's root file system is read-only.
@@ -112,18 +110,7 @@ def mount_and_verify(addr, label, enter=""):
     sh(f"{enter}mount -t nfs -o vers=4.2,proto=rdma,port=20049 {addr}:/ {MNT}", timeout=300)
     opts = next(line.split()[3] for line in open("/proc/mounts") if line.split()[1] == MNT)
     assert "proto=rdma" in opts, opts
-    fio = (f"fio --name=rsiw-nfs --directory={MNT} --direct=1 --ioengine=psync "
-           "--rw=randwrite --bsrange=4k-128k --size=8M --verify=crc32c --do_verify=1 "
-           "--verify_fatal=1 --verify_state_save=0 --randrepeat=0 --output-format=json")
-    t0 = time.monotonic()
-    p = sh(fio, check=False, timeout=T_IO)
-    assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
-    read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
-    print(f"fio on NFS/RDMA ({label}): wrote {write_kb} KiB, verified {read_kb} KiB in "
-          f"{time.monotonic() - t0:.0f} s")
-    assert job["error"] == 0, p.stdout
-    assert write_kb >= 8 * 1024 and read_kb >= 8 * 1024, p.stdout
+    fio_verify_files(MNT, "rsiw-nfs", "4k-128k", 8, f"NFS/RDMA ({label})", T_IO)
     files = [f for f in os.listdir(EXPORT) if f.startswith("rsiw-nfs")]
     assert files and os.path.getsize(os.path.join(EXPORT, files[0])) >= 8 << 20, files
     return before, port_counters("rsiw0")

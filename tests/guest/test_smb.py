@@ -14,12 +14,11 @@ tests skip without them.
 """
 import json
 import os
-import time
 
 import pytest
 
-from conftest import load_rdma_core, load_rsiw, module_loaded, port_counters, sh, \
-    unload_rsiw, wait_for
+from conftest import fio_verify_files, load_rdma_core, load_rsiw, module_loaded, \
+    port_counters, sh, unload_rsiw, wait_for
 
 SMBD = os.environ.get("RSIW_SMBD_DIR", "")
 NET, ADDR = "rssmb0", "10.98.0.1"
@@ -151,18 +150,8 @@ def test_smb_direct_fio_verify(smb_over_rsiw, rev):
         assert "SMBDirect" in debug or "RDMA" in debug, debug
         revs = qp_mpa_revs()
         assert revs and all(r == rev for r in revs), revs
-        fio = (f"fio --name=rsiw-smb --directory={MNT} --direct=1 --ioengine=psync "
-               "--rw=randwrite --bsrange=4k-1m --size=16M --verify=crc32c --do_verify=1 "
-               "--verify_fatal=1 --verify_state_save=0 --randrepeat=0 --output-format=json")
-        t0 = time.monotonic()
-        p = sh(fio, check=False, timeout=T_IO)
-        assert p.returncode == 0, f"fio failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-        job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
-        read_kb, write_kb = job["read"]["io_kbytes"], job["write"]["io_kbytes"]
-        print(f"fio on SMB Direct (MPA revision {rev}): wrote {write_kb} KiB, verified "
-              f"{read_kb} KiB in {time.monotonic() - t0:.0f} s")
-        assert job["error"] == 0, p.stdout
-        assert write_kb >= 16 * 1024 and read_kb >= 16 * 1024, p.stdout
+        fio_verify_files(MNT, "rsiw-smb", "4k-1m", 16, f"SMB Direct (MPA revision {rev})",
+                         T_IO)
         files = [f for f in os.listdir(SHARE) if f.startswith("rsiw-smb")]
         assert files and os.path.getsize(os.path.join(SHARE, files[0])) >= 16 << 20, files
         after = port_counters("rsiw0")

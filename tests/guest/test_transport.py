@@ -1139,6 +1139,19 @@ def res_qp_details(dev, ns):
     return qps
 
 
+def perftest_two_ns(procs, tmp_path, tool, extra, before_client=lambda: None):
+    """Starts perftest's `tool` (with -R and `extra`) between the two devices: its server
+    on DUT in NS_A and, once that listens and `before_client()` returned, its client on
+    DUT2 in NS_B. Returns (server, client)."""
+    p = port()
+    server, client = perftest_argvs(tool, DUT, p, extra, IP_A, IP_B)
+    client[client.index("-d") + 1] = DUT2
+    srv = procs(server, tmp_path / "server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    before_client()
+    return srv, procs(client, tmp_path / "client.txt", NS_B)
+
+
 def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
     """`rdma resource show qp -dd` shows each connected QP's MPA revision, CRC, markers
     each way, peer-to-peer model, large FPDUs, MSS, MULPDU, IRD/ORD and the FPDUs and
@@ -1150,13 +1163,7 @@ def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
     two_rsiw()
     setting(DUT2, "mpa_crc", 1)
     setting(DUT2, "mpa_markers", 1)
-    p = port()
-    server, client = perftest_argvs("ib_send_bw", DUT, p, ["-s", "4096", "-D", "60"], IP_A,
-                                    IP_B)
-    client[client.index("-d") + 1] = DUT2
-    srv = procs(server, tmp_path / "server.txt", NS_A)
-    wait_listener(srv, DUT, IP_A, p, NS_A)
-    cli = procs(client, tmp_path / "client.txt", NS_B)
+    srv, cli = perftest_two_ns(procs, tmp_path, "ib_send_bw", ["-s", "4096", "-D", "60"])
     views = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(views) < 2:
@@ -1208,18 +1215,16 @@ def test_res_cm_id_details_two_ns(two_rsiw, procs, tmp_path):
     two_rsiw()
     setting(DUT2, "mpa_crc", 1)
     setting(DUT2, "mpa_markers", 1)
-    p = port()
-    server, client = perftest_argvs("ib_send_bw", DUT, p, ["-s", "4096", "-D", "30"], IP_A,
-                                    IP_B)
-    client[client.index("-d") + 1] = DUT2
-    srv = procs(server, tmp_path / "server.txt", NS_A)
-    wait_listener(srv, DUT, IP_A, p, NS_A)
-    ids = res_cm_id_details(DUT, NS_A)
-    listening = [c for c in ids if c.get("state") == "LISTEN"]
-    assert listening, ids
-    assert all(c.get("drv_state") == "listening" and c.get("drv_backlog", 0) > 0
-               for c in listening), listening
-    cli = procs(client, tmp_path / "client.txt", NS_B)
+
+    def listener_shown():
+        ids = res_cm_id_details(DUT, NS_A)
+        listening = [c for c in ids if c.get("state") == "LISTEN"]
+        assert listening, ids
+        assert all(c.get("drv_state") == "listening" and c.get("drv_backlog", 0) > 0
+                   for c in listening), listening
+
+    srv, cli = perftest_two_ns(procs, tmp_path, "ib_send_bw", ["-s", "4096", "-D", "30"],
+                               listener_shown)
     seen = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not seen:
@@ -1251,13 +1256,8 @@ def test_read_depth_128_two_ns(two_rsiw, procs, tmp_path):
     if STANDIN:
         pytest.skip("the C siw fills no driver details")
     two_rsiw()
-    p = port()
-    server, client = perftest_argvs("ib_read_bw", DUT, p,
-                                    ["-s", "65536", "-o", "128", "-D", "15"], IP_A, IP_B)
-    client[client.index("-d") + 1] = DUT2
-    srv = procs(server, tmp_path / "server.txt", NS_A)
-    wait_listener(srv, DUT, IP_A, p, NS_A)
-    cli = procs(client, tmp_path / "client.txt", NS_B)
+    srv, cli = perftest_two_ns(procs, tmp_path, "ib_read_bw",
+                               ["-s", "65536", "-o", "128", "-D", "15"])
     seen = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and cli.p.poll() is None and not seen:
