@@ -206,6 +206,64 @@ def test_nvme_rdma_fio_4_queues_reset(nvmet_over_rdma):
     print(sh("dmesg | grep -E 'nvme nvme[0-9]+:' | tail -20", check=False).stdout)
 
 
+
+PORT_CYCLES = 8
+
+
+def set_up_port(port):
+    """Creates nvmet port `port` on rsiw0's address and links the subsystem to it."""
+    sh(f"mkdir -p {port}")
+    for k, v in (("trtype", "rdma"), ("adrfam", "ipv4"), ("traddr", ADDR), ("trsvcid", PORT)):
+        sh(f"echo -n {v} > {port}/addr_{k}")
+    sh(f"ln -s {CFG}/subsystems/{NQN} {port}/subsystems/{NQN}", timeout=180)
+
+
+@pytest.mark.parametrize("how", ["unlink", "rmdir"])
+def test_nvme_rdma_port_cycles(nvmet_over_rdma, how):
+    """While fio writes and verifies through the host, the target's port is torn down
+    and set up again PORT_CYCLES times: the subsystem unlinked from the port and linked
+    again (`unlink`), or the port removed and created again (`rmdir`). Either way
+    nvmet-rdma destroys its listener and disconnects every queue, then listens again on
+    the same address and port. The host keeps reconnecting (reconnect_delay 1 s, no loss
+    timeout): each time its controller leaves live and comes back, and fio completes
+    with every block verified."""
+    port = f"{CFG}/ports/1"
+    dev = nvme_connect(",reconnect_delay=1,ctrl_loss_tmo=-1")
+    (ctrl,) = controllers()
+    t0 = time.monotonic()
+    fio = subprocess.Popen(fio_verify_argv(dev, "32M"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for n in range(PORT_CYCLES):
+            wait_for(lambda: fio.poll() is not None or writes_in_flight(dev) > 0,
+                     timeout=120, what="fio's writes in flight")
+            sh(f"rm -f {port}/subsystems/{NQN}", timeout=180)
+            if how == "rmdir":
+                sh(f"rmdir {port}", timeout=180)
+            wait_for(lambda: ctrl_state(ctrl) != "live", timeout=180,
+                     what=f"{ctrl} to leave live after teardown {n + 1}")
+            if how == "rmdir":
+                set_up_port(port)
+            else:
+                sh(f"ln -s {CFG}/subsystems/{NQN} {port}/subsystems/{NQN}", timeout=180)
+            try:
+                wait_for(lambda: ctrl_state(ctrl) == "live", timeout=180,
+                         what=f"{ctrl} live again after setup {n + 1}")
+            except AssertionError:
+                raise AssertionError(
+                    f"cycle {n + 1}: {ctrl} stayed {ctrl_state(ctrl)}\n"
+                    + sh("rdma res show cm_id; rdma -dd res show cm_id; ss -tan; "
+                         "dmesg | grep -E 'nvme|rsiw' | tail -40", check=False).stdout) from None
+            print(f"cycle {n + 1}: live again after {time.monotonic() - t0:.0f} s "
+                  f"(fio {'running' if fio.poll() is None else 'done'})")
+        out, err = fio.communicate(timeout=T_IO)
+    finally:
+        if fio.poll() is None:
+            fio.kill()
+            fio.wait()
+    check_fio(dev, fio.returncode, out, err, t0, 32 * 1024)
+
+
 # A hostile iWARP peer against a kernel consumer: nvmet-rdma as Responder (the peer
 # connects to its port) and nvme-rdma as Initiator (it connects to the peer). Their QPs
 # live on a kernel PD whose DMA MR (`local_dma_lkey`, read from `rdma res show pd`) spans
@@ -423,8 +481,9 @@ def test_hostile_read_responses_against_nvmet(nvmet_over_rdma):
     try:
         stag, to, size = nvmet_read_request(s, 1)
         s.sendall(read_response(stag, to, nvme_connect_data()))
-        s.shutdown(socket.SHUT_WR)
-        frames = fpdus(recv_all(s))
+        # Kept open until the answer is in: a FIN from the peer ends the connection,
+        # and what nvmet posts after rsiw took it in is flushed, never sent.
+        frames = fpdus(recv_fpdu(s))
     finally:
         s.close()
     # The completion (`struct nvme_completion`, 16 octets) in a Send (opcode 3).
