@@ -140,9 +140,10 @@ impl<T> IbCq<T> {
         init: impl PinInit<T, E>,
     ) -> Result<(), E> {
         let this = raw.cast::<Self>();
-        // SAFETY: the slots lie inside the allocation, are pinned (the core never moves its
-        // objects) and exclusively ours; on error nothing was queued and `init` leaves
-        // `data` uninitialised, which the core frees as plain memory.
+        // The slots lie inside the allocation, are pinned (the core never moves its objects)
+        // and exclusively ours; on error nothing was queued and `init` leaves `data`
+        // uninitialised, which the core frees as plain memory.
+        // SAFETY: as above.
         unsafe {
             bindings::rsiw_work_init(
                 Opaque::cast_into(addr_of!((*this).comp)),
@@ -301,7 +302,8 @@ impl<T> IbCq<T> {
         // one that interrupt context may run).
         let here = unsafe { bindings::rsiw_get_cpu() };
         // SAFETY: `rsiw_cpu_online` takes any CPU number.
-        if here == self.cpu || !unsafe { bindings::rsiw_cpu_online(self.cpu) } {
+        let online = unsafe { bindings::rsiw_cpu_online(self.cpu) };
+        if here == self.cpu || !online {
             self.run_comp_handler();
         } else {
             // SAFETY: `comp` is initialised and the CQ live (type invariants); the work

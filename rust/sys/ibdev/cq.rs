@@ -74,9 +74,9 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the core destroys a live CQ of this device that no QP uses any more.
         let (dev, obj) = unsafe { (Self::from_raw((*cq).device), IbCq::<T::Cq>::from_raw(cq)) };
         T::Cq::destroy(dev, obj);
-        // SAFETY: no verb runs on the CQ any more and no QP uses it, so nothing queues its
-        // completion work again; `destroy_cq` runs in process context. The core frees the
-        // memory once this returns, after `drop_rest` cancelled the work.
+        // No verb runs on the CQ any more and no QP uses it, so nothing queues its completion
+        // work again; `destroy_cq` runs in process context.
+        // SAFETY: as above; the core frees the memory after `drop_rest` cancelled the work.
         unsafe { IbCq::<T::Cq>::drop_rest(cq) };
         0
     }
