@@ -322,18 +322,19 @@ class CmWatch:
 
 def pair(procs, tmp_path, name, server_argv, client_argv, s_dev, s_addr, p,
          s_ns=None, c_ns=None, client_timeout=T_CLIENT, kill_server_first=False,
-         stalled=None):
+         stalled=None, refused=False):
     """Runs a server and a client; returns (server rc, server out, client rc, client
     out). The server must listen on s_dev first; it is killed if it does not exit by
     itself after the client (before the client, if `kill_server_first`, when the client
-    times out). `stalled`: see `run`."""
+    times out), within T_SERVER or, if the client timed out or the connection is to be
+    `refused` (the server then waits for good), within 5 s. `stalled`: see `run`."""
     srv = procs(server_argv, tmp_path / f"{name}.server.txt", s_ns)
     wait_listener(srv, s_dev, s_addr, p, s_ns)
     t0 = time.monotonic()
     crc, cout = run(client_argv, tmp_path / f"{name}.client.txt", c_ns, client_timeout,
                     (lambda: srv.signal(signal.SIGKILL)) if kill_server_first else None,
                     stalled)
-    src = srv.wait(T_SERVER if crc is not None else 5)
+    src = srv.wait(5 if crc is None or refused else T_SERVER)
     print(f"{name}: client {crc} server {src} in {time.monotonic() - t0:.1f}s")
     return src, srv.output(), crc, cout
 
@@ -1398,7 +1399,7 @@ def test_rev0_between_devices(two_rsiw, procs, tmp_path):
         p = port()
         server, client = rping_argvs(IP_A, p, 10, IP_B)
         res = pair(procs, tmp_path, f"rping-rev{rev}", server, client, DUT, IP_A, p, NS_A,
-                   NS_B, client_timeout=60)
+                   NS_B, client_timeout=60, refused=rev != 0)
         name = f"rping rev 0 -> rev {rev}"
         if rev:
             errs += check_refused(name, res, "an IETF-only Responder accepted Rev 0")
@@ -1420,7 +1421,7 @@ def test_rev0_to_siw_is_refused(two_ns, procs, tmp_path):
     server, client = rping_argvs(IP_B, p, 10, IP_A)
     cap = Capture(procs, tmp_path / "rev0-siw.pcap", VETH_A, NS_A, f"tcp port {p}")
     res = pair(procs, tmp_path, "rping", server, client, PEER, IP_B, p, NS_B, NS_A,
-               client_timeout=60)
+               client_timeout=60, refused=True)
     cap.stop()
     errs = check_refused("rping rsiw(rev 0) -> siw", res, "siw accepted a Rev 0 Request")
     frames = mpa_frames(decode(cap.path))
