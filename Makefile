@@ -61,4 +61,7 @@ demo:
 bench:
 	tests/bench.sh
 
-.PHONY: all module clean install host-test vm-run check demo bench
+soak:
+	tests/soak.sh
+
+.PHONY: all module clean install host-test vm-run check demo bench soak

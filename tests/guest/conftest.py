@@ -19,6 +19,8 @@ import pytest
 
 RSIW_KO = os.environ.get("RSIW_KO", "")
 SIW_KO = os.environ.get("RSIW_SIW_KO", "")
+SOAK = os.environ.get("RSIW_SOAK", "") == "1"
+"""`make soak` (tests/soak.sh): tests run their long forms (more cycles, pings, faults)."""
 
 BAD_DMESG = re.compile(
     r"BUG:|WARNING:|KASAN|Oops|general protection|possible recursive locking|"

@@ -935,3 +935,58 @@ def test_mismatched_rtr_is_taken_as_it_comes(target):
     assert back == b"", f"rsiw answered the mismatched RTR with {back.hex()}"
     assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
     assert (r["changes"], r["foreign"], r["events"]) == ([], [], []), (keys, r)
+
+
+def reset(s):
+    """Closes `s` with a TCP reset (SO_LINGER with a zero timeout) instead of a FIN."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def changes_within(changes, start, data):
+    """Failure messages for runs of changed octets that are not a part of `data` placed
+    at offset `start` of the target's region."""
+    bad = []
+    for off, octets in changes:
+        got = bytes.fromhex(octets)
+        if off < start or off + len(got) > start + len(data) or \
+                data[off - start:off - start + len(got)] != got:
+            bad.append(f"octets changed at {off}: {octets}")
+    return bad
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_reset_in_the_middle_of_an_fpdu(target, peer, role):
+    """The peer sends the first half of a Write FPDU into the write MR and resets the
+    connection, with rsiw as Responder and as Initiator: the consumer's receive is
+    flushed within T_IO, and nothing but (a prefix of) that Write's own payload, inside
+    the MR, changed."""
+    report = target(1, role=role)
+    s, keys = open_conn(role, report, peer)
+    payload = bytes(range(256)) * 4
+    f = write(keys["wkey"], keys["addr"] + 64, payload)
+    s.sendall(f[:len(f) // 2])
+    reset(s)
+    r = report(timeout=T_IO)
+    assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
+    bad = changes_within(r["changes"], PAGE + 64, payload)
+    assert not bad and r["foreign"] == [], (bad, r)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_reset_in_the_middle_of_a_read_response(target, peer, role):
+    """The peer answers the target's RDMA Read with the first half of the Read Response
+    FPDU and resets the connection, with rsiw as Responder and as Initiator: the Read
+    completes with an error (never success) and the receive is flushed within T_IO, and
+    nothing but a prefix of the Response's payload, in the Read's sink, changed."""
+    report = target(1, "read", role=role)
+    s, keys = open_conn(role, report, peer)
+    stag, to, size = take_read_request(s)
+    f = read_response(stag, to, READ_DATA)
+    s.sendall(f[:len(f) // 2])
+    reset(s)
+    r = report(timeout=T_IO)
+    assert r["read_status"] not in (None, IBV_WC_SUCCESS), r
+    assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
+    bad = changes_within(r["changes"], PAGE, READ_DATA)
+    assert not bad and r["foreign"] == [], (bad, r)

@@ -71,7 +71,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import SIW_KO, RSIW_KO, load_rdma_core, module_loaded, port_counters, sh
+from conftest import SIW_KO, SOAK, RSIW_KO, load_rdma_core, module_loaded, port_counters, sh
 
 STANDIN = os.environ.get("RSIW_TRANSPORT_SELFTEST", "") == "siw"
 DUT_MOD = "siw" if STANDIN else "rsiw"
@@ -1309,14 +1309,16 @@ def test_impaired_link_two_ns(two_rsiw, procs, tmp_path, name, netem, params):
             sh(f"ip netns exec {ns} tc qdisc add dev {veth} root netem {netem} limit 10000")
         else:
             sh(f"ip -n {ns} link set {veth} mtu 576")
+    pings, iters = (1000, "50") if SOAK else (50, "5")
     p = port()
-    server, client = rping_argvs(IP_A, p, 50, IP_B)
-    errs = check_rping(f"rping ({name})", 50, *pair(procs, tmp_path, "rping", server, client,
-                                                       DUT, IP_A, p, NS_A, NS_B))
+    server, client = rping_argvs(IP_A, p, pings, IP_B)
+    errs = check_rping(f"rping ({name})", pings, *pair(procs, tmp_path, "rping", server,
+                                                          client, DUT, IP_A, p, NS_A, NS_B))
     for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
         for size in (65536, 1048576):
             p = port()
-            srv, cli = perftest_argvs(tool, DUT2, p, ["-s", str(size), "-n", "5"], IP_A, IP_B)
+            srv, cli = perftest_argvs(tool, DUT2, p, ["-s", str(size), "-n", iters], IP_A,
+                                      IP_B)
             srv[srv.index("-d") + 1] = DUT
             res = pair(procs, tmp_path, f"{tool}-{size}", srv, cli, DUT, IP_A, p, NS_A, NS_B)
             errs += check_perftest(f"{tool} ({name})", tool, str(size), *res)

@@ -1,0 +1,347 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Two rsiw hosts (namespaces rsiwA and rsiwB joined by a veth pair, the topology of
+test_transport.py) while things go wrong: every transfer completes correctly or fails
+cleanly, within deadlines, and the kernel reports nothing (the autouse fixtures check
+dmesg for KASAN, lockdep and warnings after each test and kmemleak after the file).
+
+- A peer process killed with SIGKILL in the middle of a transfer, on either side: the
+  survivor exits with an error (a flushed completion or a disconnect event) instead of
+  waiting for good, and the devices are removed after.
+- The link taken down and up again while rping -V runs: TCP repairs the stream, rping
+  verifies every octet, and the port state follows the netdev.
+- `rmmod rsiw` while a transfer runs is refused (the device is in use) and the transfer
+  completes; `rdma link del` while a transfer runs returns once the consumers are gone
+  (rsiw has no `disassociate_ucontext`, so the RDMA core waits for user contexts to
+  close) and the device is gone.
+- Failing allocations: the kernel's fault injection (failslab and fail_page_alloc, on the
+  debug kernel) fails a share of every allocation made with rsiw's code on the stack,
+  during connection setup and traffic: every run ends (refused, or failed with an error,
+  or passed) within its deadline, and once the injection stops the devices carry a
+  verified rping again.
+
+The long forms (more cycles, higher rates) run in `make soak`.
+"""
+import os
+import json
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from conftest import SOAK, module_loaded, port_counters, sh, wait_for
+from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STANDIN, T_CLIENT, VETH_A,
+                            check_pair, check_rping, pair, perftest_argvs, port, rping_argvs,
+                            wait_listener)
+from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
+
+T_SURVIVE = 90
+"""Seconds the survivor of a killed peer has to notice it and exit."""
+
+
+
+def moved(dev):
+    """Octets `dev` has sent and received (port counters)."""
+    c = port_counters(dev)
+    return c["tx_octets"] + c["rx_octets"]
+
+
+def wait_moving(dev, octets, what, procs_alive=()):
+    """Waits until `dev` has moved `octets` more than now."""
+    base = moved(dev)
+
+    def going():
+        for b in procs_alive:
+            assert b.p.poll() is None, f"{what}: exited early ({b.p.returncode}):\n" + \
+                b.output()[-3000:]
+        return moved(dev) - base >= octets
+    wait_for(going, timeout=T_CLIENT, what=f"{what}: {octets} octets moved")
+
+
+def start_pair(procs, tmp_path, tool, extra):
+    """Starts `tool` as server in rsiwA (on rsiw0) and client in rsiwB (on rsiw1);
+    returns (server, client) background programs."""
+    p = port()
+    if tool == "rping":
+        srv_argv, cli_argv = rping_argvs(IP_A, p, 0, IP_B)
+        srv_argv += extra
+        cli_argv[1:1] = extra
+    else:
+        srv_argv, cli_argv = perftest_argvs(tool, DUT2, p, extra, IP_A, IP_B)
+        srv_argv[srv_argv.index("-d") + 1] = DUT
+    srv = procs(srv_argv, tmp_path / f"{tool}.server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    cli = procs(cli_argv, tmp_path / f"{tool}.client.txt", NS_B)
+    return srv, cli
+
+
+# --- a peer killed mid-transfer ---------------------------------------------------
+
+KILLS = [("rping", "server"), ("rping", "client"), ("ib_write_bw", "server"),
+         ("ib_read_bw", "server"), ("ib_send_bw", "client")]
+"""(program, which end is killed): the first three in `make check`, all in `make soak`."""
+
+
+@pytest.mark.parametrize("tool,victim", KILLS if SOAK else KILLS[:3],
+                         ids=[f"{t}-{v}" for t, v in (KILLS if SOAK else KILLS[:3])])
+def test_peer_killed_mid_transfer(two_rsiw, procs, tmp_path, tool, victim):
+    """While `tool` moves data between the two devices, the `victim` process is killed
+    with SIGKILL: the survivor notices and exits by itself within T_SURVIVE seconds
+    (perftest's passive side only looks at the end of its -D run, which is added), and
+    both devices are removed after (the fixture). rping takes the disconnect event as
+    the end of its run (it exits 0 after printing it); perftest fails with an error."""
+    two_rsiw()
+    duration = 20
+    if tool == "rping":
+        # Count 0 (start_pair): ping until stopped; 16 KiB Reads and Writes.
+        extra = ["-S", "16384"]
+    else:
+        extra = ["-s", "65536", "-D", str(duration)]
+    srv, cli = start_pair(procs, tmp_path, tool, extra)
+    wait_moving(DUT, 4 << 20, tool, (srv, cli))
+    dead, survivor = (srv, cli) if victim == "server" else (cli, srv)
+    dead.signal(signal.SIGKILL)
+    assert dead.wait(30) is not None, f"{victim} did not die"
+    limit = T_SURVIVE + (duration if tool != "rping" and victim == "client" else 0)
+    t0 = time.monotonic()
+    rc = survivor.wait(limit)
+    took = time.monotonic() - t0
+    # rping -v prints every ping's data: the last lines are enough.
+    out = "\n".join(survivor.output().splitlines()[-4:])[-1500:]
+    print(f"{tool}: {victim} killed; survivor exited {rc} after {took:.1f}s\n{out}")
+    assert rc is not None, f"the survivor did not notice the dead peer in {limit}s:\n" + \
+        out + "\n" + sh("rdma res show qp; ip netns exec rsiwA ss -tn; "
+                          "ip netns exec rsiwB ss -tn", check=False).stdout
+    if tool == "rping":
+        assert "DISCONNECT EVENT" in out, f"rping saw no disconnect:\n{out}"
+    else:
+        assert rc != 0, f"the survivor exited 0 although its peer died:\n{out}"
+
+
+# --- the link goes down and up --------------------------------------------------------
+
+def port_state(dev):
+    with open(f"/sys/class/infiniband/{dev}/ports/1/state") as f:
+        return f.read().split(":")[-1].strip()
+
+
+def pings(out):
+    return len(re.findall(r"^ping data: ", out, flags=re.M))
+
+
+def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
+    """rping -V of 16 KiB between the devices; after some pings the veth end of rsiw0
+    goes down for 3 s (the port goes DOWN) and up again (ACTIVE): TCP retransmits, and
+    rping completes its count with every ping verified."""
+    two_rsiw()
+    count = 400
+    p = port()
+    server, client = rping_argvs(IP_A, p, count, IP_B)
+    server[1:1] = ["-S", "16384"]
+    client[1:1] = ["-S", "16384"]
+    srv = procs(server, tmp_path / "rping.server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    cli = procs(client, tmp_path / "rping.client.txt", NS_B)
+    wait_for(lambda: pings(cli.output()) >= 20 or cli.p.poll() is not None,
+             timeout=T_CLIENT, what="20 pings")
+    assert cli.p.poll() is None, "rping ended before the link went down:\n" + cli.output()
+    sh(f"ip -n {NS_A} link set {VETH_A} down")
+    wait_for(lambda: port_state(DUT) == "DOWN", timeout=30, what=f"{DUT} port DOWN")
+    down_at = pings(cli.output())
+    # The outage: long enough for TCP to retransmit into a dead link.
+    time.sleep(3)
+    sh(f"ip -n {NS_A} link set {VETH_A} up")
+    wait_for(lambda: port_state(DUT) == "ACTIVE", timeout=30, what=f"{DUT} port ACTIVE")
+    crc = cli.wait(T_CLIENT)
+    src = srv.wait(60)
+    print(f"link down after {down_at} pings")
+    errs = check_rping("rping across a link down/up", count, src, srv.output(), crc,
+                       cli.output())
+    assert not errs, "\n".join(errs)
+    assert down_at < count, "rping had finished before the link went down"
+
+
+# --- module and device removal under load ---------------------------------------------
+
+def test_rmmod_refused_while_in_use(two_rsiw, procs, tmp_path):
+    """`rmmod rsiw` while ib_write_bw runs between the two devices is refused (the
+    module is in use) without disturbing the transfer, which completes; the fixture's
+    `rmmod` afterwards succeeds."""
+    if STANDIN:
+        pytest.skip("rsiw only")
+    two_rsiw()
+    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", "10"])
+    wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
+    r = sh("rmmod rsiw", check=False)
+    print(f"rmmod: {r.returncode} {r.stdout}{r.stderr}")
+    assert r.returncode != 0, "rmmod rsiw succeeded while a transfer ran"
+    assert "in use" in r.stderr, r.stderr
+    assert module_loaded("rsiw")
+    crc = cli.wait(T_CLIENT)
+    src = srv.wait(60)
+    errs = check_pair("ib_write_bw after a refused rmmod", src, srv.output(), crc,
+                      cli.output())
+    assert not errs, "\n".join(errs)
+
+
+@pytest.mark.parametrize("dev", [DUT, DUT2] if SOAK else [DUT2],
+                         ids=["server", "client"] if SOAK else ["client"])
+def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
+    """`rdma link del` of one end's device while ib_write_bw -D 10 runs: the command
+    returns (the RDMA core waits for the consumers' user contexts to close; perftest
+    exits at the end of its run, with an error or not), the device is gone, and the
+    other device and the module unload cleanly (the fixture)."""
+    two_rsiw()
+    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", "10"])
+    wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
+    t0 = time.monotonic()
+    r = sh(f"rdma link del {dev}", check=False, timeout=T_CLIENT)
+    took = time.monotonic() - t0
+    print(f"rdma link del {dev}: {r.returncode} after {took:.1f}s {r.stderr}")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(f"/sys/class/infiniband/{dev}"), f"{dev} still there"
+    for b in (cli, srv):
+        assert b.wait(T_SURVIVE) is not None, "perftest did not exit:\n" + b.output()
+
+
+# --- an MR deregistered with Writes and Reads in flight ---------------------------------
+
+MR_PEER = os.path.join(os.path.dirname(__file__), "mr_dereg_peer.py")
+IBV_WC_SUCCESS = 0
+WC_AFTER_DEREG = {IBV_WC_SUCCESS, 4, 5, 9, 10, 11}
+"""enum ibv_wc_status: success, LOC_PROT_ERR, WR_FLUSH_ERR, REM_INV_REQ_ERR,
+REM_ACCESS_ERR, REM_OP_ERR."""
+
+
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_mr_deregistered_with_transfers_in_flight(two_rsiw, procs, tmp_path, mode):
+    """16 RDMA Writes and 16 RDMA Reads of 512 KiB between the devices while one end
+    deregisters the region they use (mr_dereg_peer.py): the server's target region
+    (`remote`) or the client's own source and sink (`local`). Every work request
+    completes (success before the deregistration took effect, an error or a flush
+    after), both ends exit, and KASAN sees no access to the unpinned pages."""
+    two_rsiw()
+    p = port()
+    srv = procs([sys.executable, MR_PEER, "server", IP_A, str(p), mode],
+                tmp_path / "server.txt", NS_A)
+    wait_listener(srv, DUT, IP_A, p, NS_A)
+    cli = procs([sys.executable, MR_PEER, "client", IP_A, str(p), mode, IP_B],
+                tmp_path / "client.txt", NS_B)
+    crc = cli.wait(T_CLIENT)
+    src = srv.wait(T_SURVIVE)
+    cout, sout = cli.output(), srv.output()
+    print(f"client {crc}: {cout[-1500:]}\nserver {src}: {sout[-1500:]}")
+    assert (crc, src) == (0, 0), f"client {crc}:\n{cout[-3000:]}\nserver {src}:\n{sout[-3000:]}"
+    statuses = json.loads(cout.strip().splitlines()[-1])["statuses"]
+    assert len(statuses) == 33, statuses
+    # The go Send went before anything was deregistered.
+    assert statuses[0] == IBV_WC_SUCCESS, statuses
+    assert set(statuses) <= WC_AFTER_DEREG, statuses
+    # RC completes in order, and an error puts the QP in ERROR: nothing after the first
+    # error can have succeeded.
+    first_err = next((i for i, st in enumerate(statuses) if st != IBV_WC_SUCCESS),
+                     len(statuses))
+    assert all(st != IBV_WC_SUCCESS for st in statuses[first_err:]), statuses
+
+
+# --- failing allocations (fault injection) ---------------------------------------------
+
+FAULTS = ("/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc")
+
+
+def rsiw_text():
+    """(lowest, highest + 1 page) address of rsiw's functions (/proc/kallsyms)."""
+    addrs = []
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            a, kind, rest = line.split(None, 2)
+            if kind in "tT" and rest.rstrip().endswith("[rsiw]"):
+                addrs.append(int(a, 16))
+    assert addrs and min(addrs), "no rsiw text symbols in /proc/kallsyms (kptr_restrict?)"
+    return min(addrs), max(addrs) + 4096
+
+
+def set_faults(probability, times=-1):
+    """Fails `probability` percent of the slab and page allocations made with rsiw's
+    code on the stack (GFP_KERNEL ones too), at most `times` of them in all (-1: no
+    limit); 0 stops it."""
+    start, end = rsiw_text()
+    for d in FAULTS:
+        # Off while the filters are set (the defaults match every stack, and the
+        # writes themselves allocate), on last.
+        knobs = [("probability", 0), ("interval", 1), ("times", times), ("space", 0),
+                 ("verbose", 0), ("task-filter", "N"), ("ignore-gfp-wait", "N"),
+                 ("stacktrace-depth", 32), ("require-start", start), ("require-end", end)]
+        if d.endswith("fail_page_alloc"):
+            knobs += [("ignore-gfp-highmem", "N"), ("min-order", 0)]
+        knobs.append(("probability", probability))
+        for k, v in knobs:
+            with open(f"{d}/{k}", "w") as f:
+                f.write(f"{v}\n")
+
+
+def faults_left():
+    with open(f"{FAULTS[0]}/times") as f:
+        slab = int(f.read())
+    with open(f"{FAULTS[1]}/times") as f:
+        page = int(f.read())
+    return slab + page
+
+
+@pytest.fixture
+def fault_injection():
+    if not all(os.path.isdir(d) for d in FAULTS):
+        pytest.skip("this kernel has no failslab/fail_page_alloc (the debug kernel has)")
+    yield set_faults
+    set_faults(0, 0)
+
+
+def test_failing_allocations_during_setup_and_traffic(two_rsiw, procs, tmp_path,
+                                                      fault_injection):
+    """With a share of rsiw's allocations failing, rping -V connections are made again
+    and again: each one ends within its deadline (passed, or refused, or failed with an
+    error), faults were injected, and after the injection stops the same devices carry a
+    verified rping. KASAN, lockdep and kmemleak watch every error path taken."""
+    if STANDIN:
+        pytest.skip("rsiw only")
+    two_rsiw()
+    rounds, budget = (40, 2000) if SOAK else (4, 120)
+    # From rare failures (the connection gets far into its traffic) to many (its
+    # setup fails).
+    rates = (1, 3, 10, 30)
+    results = []
+    for i in range(rounds):
+        fault_injection(rates[i % len(rates)], budget // rounds)
+        before = faults_left()
+        p = port()
+        server, client = rping_argvs(IP_A, p, 20, IP_B)
+        server[1:1] = ["-S", "8192"]
+        client[1:1] = ["-S", "8192"]
+        srv = procs(server, tmp_path / f"rping{i}.server.txt", NS_A)
+        try:
+            wait_listener(srv, DUT, IP_A, p, NS_A)
+        except AssertionError as e:
+            # The listener's own setup may be what failed.
+            results.append((i, "listen failed", before - faults_left()))
+            print(f"round {i}: {str(e)[:300]}")
+            srv.kill()
+            continue
+        cli = procs(client, tmp_path / f"rping{i}.client.txt", NS_B)
+        crc = cli.wait(T_CLIENT)
+        if crc is None:
+            set_faults(0, 0)
+            raise AssertionError(f"round {i}: rping client hung:\n{cli.output()[-3000:]}")
+        src = srv.wait(60)
+        srv.kill()
+        results.append((i, f"client {crc} server {src}", before - faults_left()))
+    fault_injection(0, 0)
+    print("\n".join(f"round {i}: {what}, {n} faults" for i, what, n in results))
+    injected = sum(n for _, _, n in results)
+    assert injected > 0, "no allocation failed: the injection did not reach rsiw"
+    p = port()
+    server, client = rping_argvs(IP_A, p, 20, IP_B)
+    errs = check_rping("rping after the injection", 20,
+                       *pair(procs, tmp_path, "rping-after", server, client, DUT, IP_A, p,
+                             NS_A, NS_B))
+    assert not errs, "\n".join(errs)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make soak`: the long forms of the tests, with RSIW_SOAK=1.
+#   - on the debug kernel (KASAN, lockdep, kmemleak): minutes of netem-impaired traffic
+#     (1000 verified pings and 50-iteration perftest runs for each of the twelve cases), 40
+#     rounds of failing allocations, every kill and removal case of
+#     tests/guest/test_reliability.py, the resets of test_hostile.py, 40 module
+#     load/unload cycles;
+#   - on Debian's stock kernel: rping -C 1000 and perftest at 2 B ... 1 MiB, loopback.
+# Prints a pass/fail table; the JUnit XML is in build/soak/.
+. "$(dirname "$0")/lib.sh"
+
+"$RSIW_TOP/tests/build-module.sh" debug >/dev/null
+out="$RSIW_TOP/build/soak"
+rm -rf "$out"
+mkdir -p "$out"
+log "soak: the long forms on the debug kernel (about 60-90 minutes under TCG)"
+rc=0
+"$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_SOAK_TIMEOUT:-10800}" -- \
+	env RSIW_SOAK=1 python3 -m pytest -v -p no:cacheprovider --durations=20 \
+	--junitxml=build/soak/junit.xml tests/guest/test_reliability.py \
+	tests/guest/test_transport.py tests/guest/test_hostile.py \
+	tests/guest/test_device.py \
+	-k "test_reliability or impaired_link or reset_in_the_middle or load_unload" || rc=$?
+log "soak: rping -C 1000 and perftest at 2 B ... 1 MiB on Debian's stock kernel"
+"$RSIW_TOP/tests/build-module.sh" stock >/dev/null
+"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout "${RSIW_SOAK_TIMEOUT:-10800}" -- \
+	env RSIW_SOAK=1 RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 \
+	python3 -m pytest -v -p no:cacheprovider --durations=10 \
+	--junitxml=build/soak/junit-stock.xml tests/guest/test_transport.py \
+	-k "rping_loopback or perftest_loopback" || rc=$?
+python3 - "$out/junit.xml" "$out/junit-stock.xml" <<'PY' || rc=1
+import os
+import sys
+import xml.etree.ElementTree as ET
+cases = [c for path in sys.argv[1:] if os.path.exists(path)
+         for c in ET.parse(path).getroot().iter("testcase")]
+rows = []
+for c in cases:
+    verdict = "pass"
+    for kind in ("failure", "error", "skipped"):
+        if c.find(kind) is not None:
+            verdict = {"failure": "FAIL", "error": "ERROR", "skipped": "skip"}[kind]
+    rows.append((c.get("classname", "").split(".")[-1] + "::" + c.get("name"),
+                 float(c.get("time", 0)), verdict))
+w = max(len(r[0]) for r in rows)
+print(f"{'case':<{w}}  {'seconds':>8}  verdict")
+for name, t, v in rows:
+    print(f"{name:<{w}}  {t:8.1f}  {v}")
+bad = [r for r in rows if r[2] in ("FAIL", "ERROR")]
+print(f"soak: {len(rows) - len(bad)} of {len(rows)} cases passed or skipped, {len(bad)} failed")
+sys.exit(1 if bad else 0)
+PY
+[ "$rc" = 0 ] || die "soak: failed (see above)"
+log "soak: all passed"
