@@ -115,6 +115,9 @@ pub(crate) struct Cep {
     timer: HrTimer<Cep>,
     /// Set by the startup timer (interrupt context); the work item acts on it.
     timed_out: AtomicBool,
+    /// Set when the listener, at its limit of pending connections, let go of this one
+    /// ([`Listener::adopt`]); the work item closes it if it still waits for its Request.
+    evicted: AtomicBool,
     _live: Live,
 }
 
@@ -165,6 +168,7 @@ impl Cep {
                 work <- new_work!("rsiw_cep"),
                 timer <- HrTimer::new(),
                 timed_out: AtomicBool::new(false),
+                evicted: AtomicBool::new(false),
                 _live: Live::new(),
             }),
             GFP_KERNEL,
@@ -467,6 +471,13 @@ impl Cep {
         g.timer = Some(Armed::after(this.clone(), g.settings.timeout_ms()));
     }
 
+    /// Its listener let go of it to make room for a newer connection: the work item
+    /// closes it, silently, if it still waits for the MPA Request.
+    pub(super) fn evict(this: Arc<Self>) {
+        this.evicted.store(true, Ordering::Release);
+        let _ = crate::sys::cm_queue().enqueue(this);
+    }
+
     /// Its listener is being destroyed: closes the CEP, silently, if it still waits for
     /// the MPA Request (no consumer knows it).
     pub(super) fn close_pending(this: &Arc<Self>) {
@@ -555,6 +566,9 @@ impl Cep {
         if Self::timed_out(this, g) {
             return;
         }
+        if this.evicted.swap(false, Ordering::AcqRel) && g.state == CepState::AwaitRequest {
+            return Self::close_locked(this, g);
+        }
         match g.state {
             CepState::AwaitRequest => Self::await_request(this, g),
             CepState::AwaitReply => Self::await_reply(this, g),
@@ -584,8 +598,11 @@ impl Cep {
         let Some(l) = g.listener.take() else {
             return Self::close_locked(this, g);
         };
-        // From here the new iw_cm_id owns the CEP (or it closes).
-        l.forget(this);
+        // From here the new iw_cm_id owns the CEP (or it closes). A CEP its listener
+        // let go of (evicted, or the listener is being destroyed) is not reported.
+        if !l.forget(this) {
+            return Self::close_locked(this, g);
+        }
         let Some(peer) = g.startup.as_ref().and_then(|s| s.peer().copied()) else {
             return Self::close_locked(this, g);
         };

@@ -19,6 +19,12 @@ use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 /// Listen backlog ceiling (the consumer's backlog is clamped to it).
 const MAX_BACKLOG: i32 = 128;
 
+/// The most connections a listener holds while they wait for their MPA Request. A peer
+/// that opens connections and sends nothing would otherwise pin a CEP and a socket per
+/// connection until `mpa_timeout_ms`; at the limit the oldest is closed to make room, so
+/// a flood cannot keep a legitimate Initiator, which sends its Request at once, out.
+pub(super) const MAX_PENDING: usize = 512;
+
 /// A listening endpoint.
 #[pin_data]
 pub(crate) struct Listener {
@@ -107,20 +113,45 @@ impl ListenerOps<Device> for Listener {
 }
 
 impl Listener {
-    /// Takes `cep`, just accepted, into the pending CEPs. Returns `false` (taking
-    /// nothing) once the listener is destroyed, or without memory.
+    /// Takes `cep`, just accepted, into the pending CEPs; with [`MAX_PENDING`] of them
+    /// already, the oldest leaves them and is closed ([`Cep::evict`]). Returns `false`
+    /// (taking nothing) once the listener is destroyed, or without memory.
     pub(super) fn adopt(&self, cep: &Arc<Cep>) -> bool {
         let mut p = self.pending.lock();
-        !p.closed && p.ceps.push(cep.clone(), GFP_KERNEL).is_ok()
+        if p.closed {
+            return false;
+        }
+        let oldest = if p.ceps.len() >= MAX_PENDING {
+            p.ceps.remove(0).ok()
+        } else {
+            None
+        };
+        let taken = p.ceps.push(cep.clone(), GFP_KERNEL).is_ok();
+        drop(p);
+        if let Some(old) = oldest {
+            pr_warn_ratelimited!(
+                "{}: {MAX_PENDING} connections to {} wait for their MPA Request; closing the oldest\n",
+                self.id.with_device(|d| Tag::new(d, None, None)),
+                self.id.mapped_local_addr()
+            );
+            Cep::evict(old);
+        }
+        taken
     }
 
-    /// `cep` left the pending CEPs (its Request was reported, or it closed).
-    pub(super) fn forget(&self, cep: &Arc<Cep>) {
+    /// `cep` leaves the pending CEPs (its Request is to be reported, or it closed).
+    /// Returns whether it was one of them: an evicted CEP, or one whose listener is being
+    /// destroyed, no longer is, and must not be reported.
+    pub(super) fn forget(&self, cep: &Arc<Cep>) -> bool {
         let mut p = self.pending.lock();
-        if let Some(i) = p.ceps.iter().position(|c| Arc::ptr_eq(c, cep)) {
-            let gone = p.ceps.remove(i).ok();
-            drop(p);
-            drop(gone);
+        match p.ceps.iter().position(|c| Arc::ptr_eq(c, cep)) {
+            Some(i) => {
+                let gone = p.ceps.remove(i).ok();
+                drop(p);
+                drop(gone);
+                true
+            }
+            None => false,
         }
     }
 

@@ -9,10 +9,14 @@
   it, and killing every process there, frees the namespace only after rsiw closed its
   sockets (KASAN on the debug kernel reports any use after free); the device goes with
   the namespace's netdev, and `rmmod rsiw` succeeds after.
+- A connect flood (connections that never send an MPA Request) holds at most
+  MAX_PENDING connections per listener, the oldest closed first, while a legitimate
+  Initiator is still served; mpa_timeout_ms reaps silent and trickling peers.
 """
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -125,3 +129,93 @@ def test_namespace_deleted_under_a_listener_and_connections(long_mpa_timeout):
     # closed: the CEPs with their listeners, the connection with its QP.
     wait_for(lambda: "rsiwns0" not in rdma_links(), 120,
              "the rsiw device to go with its namespace's netdev")
+
+
+MAX_PENDING = 512
+"""rsiw's limit of connections a listener holds while they wait for their MPA Request
+(`MAX_PENDING` in rust/cm/listener.rs)."""
+FLOOD = MAX_PENDING + 88
+REAP_MS = 3000
+
+
+def established_at(port):
+    """rsiw's (server-side) TCP connections on local port `port`."""
+    return len(sh(f"ss -Htn state established '( sport = :{port} )'").stdout.splitlines())
+
+
+def test_connect_flood_is_bounded_and_reaped(long_mpa_timeout, dummy):
+    """A connect flood against an rping listener: FLOOD TCP connections that never send
+    an MPA Request. rsiw holds at most MAX_PENDING of them, closing the oldest to make
+    room (so the first FLOOD - MAX_PENDING see their connection closed, the rest do
+    not), and a legitimate rping client is still accepted and verifies its pings. Then,
+    with the device's mpa_timeout_ms at 3 s, silent connections and ones that send an
+    octet a second are all closed by the startup timer."""
+    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh("modprobe rdma_ucm")
+    server = subprocess.Popen(["rping", "-s", "-v", "-V", "-a", ADDR, "-p", str(PORT),
+                               "-C", "5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    socks = []
+    try:
+        wait_for(lambda: accept_queue(PORT) is not None, 30, "rping's listener")
+        for _ in range(FLOOD):
+            socks.append(socket.create_connection((ADDR, PORT), timeout=T_CLOSE))
+        wait_for(lambda: accept_queue(PORT) == 0 and established_at(PORT) <= MAX_PENDING,
+                 90, f"rsiw to take the flood and hold at most {MAX_PENDING}")
+        for s in socks:
+            s.settimeout(0.05)
+        closed = [i for i, s in enumerate(socks) if closed_by_peer(s)]
+        assert closed == list(range(FLOOD - MAX_PENDING)), \
+            f"closed: {len(closed)} {closed[:10]}...{closed[-10:]}"
+        assert established_at(PORT) == MAX_PENDING
+        client = subprocess.run(["rping", "-c", "-v", "-V", "-a", ADDR, "-p", str(PORT),
+                                 "-C", "5"], capture_output=True, text=True, timeout=120)
+        assert client.returncode == 0, client.stdout + client.stderr
+        assert client.stdout.count("ping data: ") == 5, client.stdout
+        assert server.wait(timeout=60) == 0
+    finally:
+        server.kill()
+        server.wait()
+        for s in socks:
+            s.close()
+    wait_for(lambda: established_at(PORT) == 0, 60, "the flood's connections to close")
+
+    # The startup timer reaps silent and trickling peers.
+    with open(f"/sys/class/infiniband/{DEV}/mpa_timeout_ms", "w") as f:
+        f.write(f"{REAP_MS}\n")
+    server = subprocess.Popen(["rping", "-s", "-a", ADDR, "-p", str(PORT + 2)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    socks = []
+    try:
+        wait_for(lambda: accept_queue(PORT + 2) is not None, 30, "rping's listener")
+        for _ in range(60):
+            s = socket.create_connection((ADDR, PORT + 2), timeout=T_CLOSE)
+            s.settimeout(0)
+            socks.append(s)
+        trickle = socks[:10]
+        deadline = time.monotonic() + REAP_MS / 1000 + T_CLOSE
+        open_ = set(range(len(socks)))
+        while open_ and time.monotonic() < deadline:
+            for i in list(open_):
+                try:
+                    if socks[i].recv(1) == b"":
+                        open_.discard(i)
+                        continue
+                except BlockingIOError:
+                    pass
+                except ConnectionResetError:
+                    open_.discard(i)
+                    continue
+                if socks[i] in trickle:
+                    try:
+                        socks[i].send(b"M")
+                    except (BrokenPipeError, ConnectionResetError):
+                        open_.discard(i)
+            time.sleep(1)
+        assert not open_, f"{len(open_)} connections outlived mpa_timeout_ms {REAP_MS}"
+    finally:
+        server.kill()
+        server.wait()
+        for s in socks:
+            s.close()
+    sh(f"rdma link del {DEV}")
