@@ -306,9 +306,9 @@ impl<T> IbCq<T> {
         if here == self.cpu || !online {
             self.run_comp_handler();
         } else {
+            // If the CPU goes offline meanwhile, the work queue runs the item elsewhere.
             // SAFETY: `comp` is initialised and the CQ live (type invariants); the work
-            // queue exists while rsiw's objects do. If the CPU goes offline meanwhile, the
-            // work queue runs the item elsewhere.
+            // queue exists while rsiw's objects do.
             unsafe { bindings::rsiw_queue_work_on(self.cpu, self.comp.get()) };
         }
         // SAFETY: balances `rsiw_get_cpu`.
