@@ -206,6 +206,17 @@ def test_qp_query_reports_granted_caps(ctx):
     assert attr.qp_access_flags == ACCESS
 
 
+def test_more_than_144_rings_in_one_context(ctx):
+    """The siw library takes a ring key equal to SIW_INVAL_UOBJ_KEY (0x90000) for "no
+    mapping" and fails the verb; counting page offsets from 0 the core would hand that key
+    to the 145th ring of a context. rsiw never gives it out: 160 CQs (one ring each) in one
+    context are all created and polled."""
+    cqs = [CQ(ctx, 4) for _ in range(160)]
+    assert all(cq.poll()[0] == 0 for cq in cqs)
+    for cq in cqs:
+        cq.close()
+
+
 def test_reg_mr_keys_distinct_and_dereg(ctx):
     pd = PD(ctx)
     mrs = [MR(pd, 4096 * (i + 1), ACCESS) for i in range(8)]

@@ -20,6 +20,16 @@ use core::ptr::NonNull;
 use kernel::prelude::*;
 use kernel::types::Opaque;
 
+/// The lowest page offset handed out as a mapping's key: the one after
+/// `SIW_INVAL_UOBJ_KEY`.
+///
+/// The siw library takes a key equal to `SIW_INVAL_UOBJ_KEY` (0x90000) for "no mapping"
+/// and fails the verb (`ibv_create_cq` returns NULL after the kernel created the CQ), so
+/// no ring may ever get that key. Counting from 0, the core would hand it to the 145th
+/// ring of a user context (4 KiB pages): 37 connections of `ucmatose` in one process.
+/// Keys above it are fine; the library only compares with it.
+const FIRST_PGOFF: u32 = (bindings::SIW_INVAL_UOBJ_KEY >> kernel::page::PAGE_SHIFT) + 1;
+
 /// The driver's mmap entry: the core's entry first, then the buffer it maps.
 #[repr(C)]
 struct Entry {
@@ -32,7 +42,7 @@ struct Entry {
 /// # Invariants
 ///
 /// `entry` is a `KBox<Entry>`-allocated entry inserted into a user context with
-/// `rdma_user_mmap_entry_insert`, whose initial reference this value owns (not yet
+/// `rdma_user_mmap_entry_insert_range`, whose initial reference this value owns (not yet
 /// removed). While it is held the entry, and so its buffer, stay allocated.
 pub(crate) struct MmapEntry {
     entry: NonNull<Entry>,
@@ -50,7 +60,7 @@ impl MmapEntry {
     /// # Errors
     ///
     /// `EINVAL` without a user context, `ENOMEM`, or the error of
-    /// `rdma_user_mmap_entry_insert`.
+    /// `rdma_user_mmap_entry_insert_range`.
     pub(in crate::sys) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
         let uctx = udata.ucontext().ok_or(EINVAL)?;
         let len = buf.len();
@@ -64,7 +74,15 @@ impl MmapEntry {
         let raw = KBox::into_raw(boxed);
         // SAFETY: `raw` is a valid, exclusively owned, zeroed entry; `uctx` is the live
         // context of the running verb.
-        let ret = unsafe { bindings::rdma_user_mmap_entry_insert(uctx, (*raw).base.get(), len) };
+        let ret = unsafe {
+            bindings::rdma_user_mmap_entry_insert_range(
+                uctx,
+                (*raw).base.get(),
+                len,
+                FIRST_PGOFF,
+                u32::MAX,
+            )
+        };
         if ret != 0 {
             // SAFETY: the insertion failed, so the core holds no reference: still ours.
             drop(unsafe { KBox::from_raw(raw) });
