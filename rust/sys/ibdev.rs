@@ -116,6 +116,9 @@ impl<T: DeviceOps> IbDevice<T> {
         ops.iw_rem_ref = Some(Self::iw_rem_ref_c);
         ops.mmap = Some(super::mem::umap::mmap_c);
         ops.mmap_free = Some(super::mem::umap::mmap_free_c);
+        // Present, so the core may take a device away from its user contexts (see
+        // `disassociate_ucontext_c`).
+        ops.disassociate_ucontext = Some(Self::disassociate_ucontext_c);
         ops.create_cq = Some(Self::create_cq_c);
         ops.pre_destroy_cq = Some(Self::pre_destroy_cq_c);
         ops.destroy_cq = Some(Self::destroy_cq_c);

@@ -9,10 +9,11 @@ dmesg for KASAN, lockdep and warnings after each test and kmemleak after the fil
   waiting for good, and the devices are removed after.
 - The link taken down and up again while rping -V runs: TCP repairs the stream, rping
   verifies every octet, and the port state follows the netdev.
-- `rmmod rsiw` while a transfer runs is refused (the device is in use) and the transfer
-  completes; `rdma link del` while a transfer runs returns once the consumers are gone
-  (rsiw has no `disassociate_ucontext`, so the RDMA core waits for user contexts to
-  close) and the device is gone.
+- Devices taken away while a transfer runs: `rmmod rsiw`, `rdma link del`, the veth
+  pair deleted, and (in exclusive namespace mode) `rdma dev set DEV netns NS`. rsiw
+  implements `disassociate_ucontext`, so none of them waits for the programs: the RDMA
+  core destroys their objects, the programs see the device removal or an error and
+  exit, and a device moved back carries a verified rping again.
 - Failing allocations (`make soak` only, for now): the kernel's fault injection
   (failslab and fail_page_alloc, on the debug kernel) fails a share of every allocation
   made with rsiw's code on the stack,
@@ -22,8 +23,8 @@ dmesg for KASAN, lockdep and warnings after each test and kmemleak after the fil
 
 The long forms (more cycles, higher rates) run in `make soak`.
 """
-import os
 import json
+import os
 import re
 import signal
 import sys
@@ -31,9 +32,10 @@ import time
 
 import pytest
 
-from conftest import SOAK, module_loaded, port_counters, sh, wait_for
+from conftest import (SOAK, dmesg_mark, dmesg_since, module_loaded, port_counters, sh,
+                      wait_for)
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STANDIN, T_CLIENT, VETH_A,
-                            check_pair, check_rping, pair, perftest_argvs, port, rping_argvs,
+                            check_rping, pair, perftest_argvs, port, rping_argvs,
                             wait_listener)
 from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
 
@@ -165,45 +167,153 @@ def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
 
 # --- module and device removal under load ---------------------------------------------
 
-def test_rmmod_refused_while_in_use(two_rsiw, procs, tmp_path):
-    """`rmmod rsiw` while ib_write_bw runs between the two devices is refused (the
-    module is in use) without disturbing the transfer, which completes; the fixture's
-    `rmmod` afterwards succeeds."""
+def test_rmmod_during_a_transfer_takes_the_devices_away(two_rsiw, procs, tmp_path):
+    """`rmmod rsiw` while rping -V runs between the two devices: rsiw implements
+    `disassociate_ucontext`, so the RDMA core does not pin the module for open user
+    contexts. It destroys the programs' QPs, CQs and MRs itself (their rings stay mapped
+    to the processes, no longer read by the kernel), the module unloads, and both rping
+    ends see the device removal and exit."""
     if STANDIN:
-        pytest.skip("rsiw only")
+        pytest.skip("the C siw has no disassociate_ucontext: the core refuses rmmod in use")
     two_rsiw()
-    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", "10"])
-    wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
-    r = sh("rmmod rsiw", check=False)
+    srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
+    wait_moving(DUT, 4 << 20, "rping", (srv, cli))
+    r = sh("rmmod rsiw", check=False, timeout=T_CLIENT)
     print(f"rmmod: {r.returncode} {r.stdout}{r.stderr}")
-    assert r.returncode != 0, "rmmod rsiw succeeded while a transfer ran"
-    assert "in use" in r.stderr, r.stderr
-    assert module_loaded("rsiw")
-    crc = cli.wait(T_CLIENT)
-    src = srv.wait(60)
-    errs = check_pair("ib_write_bw after a refused rmmod", src, srv.output(), crc,
-                      cli.output())
-    assert not errs, "\n".join(errs)
+    assert r.returncode == 0, f"rmmod rsiw failed while rping ran: {r.stderr}"
+    assert not module_loaded("rsiw")
+    for dev in (DUT, DUT2):
+        assert not os.path.exists(f"/sys/class/infiniband/{dev}"), f"{dev} still there"
+    for name, b in (("server", srv), ("client", cli)):
+        rc = b.wait(T_SURVIVE)
+        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
+        print(f"rping {name}: exited {rc}\n{out}")
+        assert rc is not None, f"rping {name} did not exit after its device went:\n{out}"
+        assert "device removal" in b.output(), f"rping {name} saw no device removal:\n{out}"
 
 
 @pytest.mark.parametrize("dev", [DUT, DUT2] if SOAK else [DUT2],
                          ids=["server", "client"] if SOAK else ["client"])
 def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
-    """`rdma link del` of one end's device while ib_write_bw -D 10 runs: the command
-    returns (the RDMA core waits for the consumers' user contexts to close; perftest
-    exits at the end of its run, with an error or not), the device is gone, and the
-    other device and the module unload cleanly (the fixture)."""
+    """`rdma link del` of one end's device while ib_write_bw -D runs: the command returns
+    without waiting for the consumers (the core disassociates their user contexts; the
+    passive server is still in its timed run when it returns), the device is gone, both
+    programs exit, and the other device and the module unload cleanly (the fixture).
+    With the C siw (stand-in mode), which cannot disassociate, the core waits for the
+    programs to close the device instead."""
     two_rsiw()
-    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", "10"])
+    duration = 10 if STANDIN else 60
+    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", str(duration)])
     wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
     t0 = time.monotonic()
-    r = sh(f"rdma link del {dev}", check=False, timeout=T_CLIENT)
+    r = sh(f"rdma link del {dev}", check=False, timeout=T_CLIENT + duration)
     took = time.monotonic() - t0
     print(f"rdma link del {dev}: {r.returncode} after {took:.1f}s {r.stderr}")
     assert r.returncode == 0, r.stderr
     assert not os.path.exists(f"/sys/class/infiniband/{dev}"), f"{dev} still there"
+    if not STANDIN:
+        assert srv.p.poll() is None, \
+            "rdma link del returned only after the server's timed run:\n" + srv.output()
     for b in (cli, srv):
-        assert b.wait(T_SURVIVE) is not None, "perftest did not exit:\n" + b.output()
+        assert b.wait(T_SURVIVE + duration) is not None, "perftest did not exit:\n" + b.output()
+
+
+def test_veth_deleted_during_transfer(two_rsiw, procs, tmp_path):
+    """The veth pair deleted while rping -V runs across it: both netdevs go at once, so
+    rsiw removes both devices (NETDEV_UNREGISTER) and the core takes them from rping's
+    user contexts; the netdevs are freed without waiting for rping (no "waiting for vrA
+    to become free"), both rping ends see the device removal and exit, and the module
+    unloads cleanly (the fixture)."""
+    two_rsiw()
+    mark = dmesg_mark()
+    srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
+    wait_moving(DUT, 4 << 20, "rping", (srv, cli))
+    sh(f"ip -n {NS_A} link del {VETH_A}", timeout=T_CLIENT)
+    wait_for(lambda: not any(os.path.exists(f"/sys/class/infiniband/{d}")
+                             for d in (DUT, DUT2)),
+             timeout=T_CLIENT, what="both devices removed with their netdevs")
+    for name, b in (("server", srv), ("client", cli)):
+        rc = b.wait(T_SURVIVE)
+        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
+        print(f"rping {name}: exited {rc}\n{out}")
+        assert rc is not None, f"rping {name} did not exit after its device went:\n{out}"
+    log = dmesg_since(mark)
+    assert "to become free" not in log, log[-3000:]
+
+
+# --- a device moved to another namespace (exclusive mode) -------------------------------
+
+NS_C = "rsiwC"
+
+
+@pytest.fixture
+def exclusive_netns():
+    """Puts the RDMA core in exclusive namespace mode (a device is visible only in its
+    own namespace) for the test, and back in shared mode after. The core refuses the
+    switch while any namespace but the initial one exists, so both directions wait for
+    namespaces still being torn down."""
+    def switch(mode):
+        t0 = time.monotonic()
+        wait_for(lambda: sh(f"rdma system set netns {mode}", check=False).returncode == 0,
+                 timeout=T_CLIENT, what=f"rdma system set netns {mode} (other namespaces "
+                 "still exist?)")
+        print(f"rdma system set netns {mode}: {time.monotonic() - t0:.1f}s")
+    switch("exclusive")
+    yield
+    sh(f"ip netns del {NS_C}", check=False)
+    switch("shared")
+
+
+def visible_devices(ns):
+    """Names of the RDMA devices `rdma dev show` lists in namespace `ns` (None: the
+    initial one)."""
+    prefix = f"ip netns exec {ns} " if ns else ""
+    out = sh(prefix + "rdma dev show").stdout
+    return set(re.findall(r"^\d+: (\S+): ", out, re.M))
+
+
+def test_device_moved_to_another_namespace(exclusive_netns, two_rsiw, procs, tmp_path):
+    """In exclusive mode each device lives in its netdev's namespace (rsiw0 in rsiwA,
+    rsiw1 in rsiwB) and carries a verified rping there. `rdma dev set rsiw1 netns rsiwC`
+    while rping runs moves it: the core disassociates rping's user context (rping sees
+    the device removal and both ends exit), and rsiw1 is listed in rsiwC only. Moved back
+    to rsiwB, it carries a verified rping again."""
+    if STANDIN:
+        pytest.skip("the C siw has no disassociate_ucontext: the core refuses to move it")
+    two_rsiw()
+    assert visible_devices(NS_A) == {DUT}
+    assert visible_devices(NS_B) == {DUT2}
+    assert not visible_devices(None) & {DUT, DUT2}
+
+    def verified_rping(what):
+        p = port()
+        server, client = rping_argvs(IP_A, p, 10, IP_B)
+        errs = check_rping(what, 10, *pair(procs, tmp_path, what.replace(" ", "-"), server,
+                                           client, DUT, IP_A, p, NS_A, NS_B))
+        assert not errs, "\n".join(errs)
+
+    verified_rping("rping in exclusive mode")
+    sh(f"ip netns add {NS_C}")
+    srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
+    # The port counters are in sysfs, which shows only the initial namespace's devices
+    # now: rping's own output says it is under way.
+    wait_for(lambda: "rdma-ping-3: " in cli.output() or cli.p.poll() is not None,
+             timeout=T_CLIENT, what="rping under way")
+    assert cli.p.poll() is None, cli.output()[-1500:]
+    r = sh(f"ip netns exec {NS_B} rdma dev set {DUT2} netns {NS_C}", check=False,
+           timeout=T_CLIENT)
+    assert r.returncode == 0, f"moving {DUT2} failed: {r.stderr}"
+    assert visible_devices(NS_C) == {DUT2}
+    assert DUT2 not in visible_devices(NS_B)
+    for name, b in (("server", srv), ("client", cli)):
+        rc = b.wait(T_SURVIVE)
+        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
+        print(f"rping {name}: exited {rc}\n{out}")
+        assert rc is not None, f"rping {name} did not exit after the move:\n{out}"
+    assert "device removal" in cli.output(), cli.output()[-1500:]
+    sh(f"ip netns exec {NS_C} rdma dev set {DUT2} netns {NS_B}", timeout=T_CLIENT)
+    assert visible_devices(NS_B) == {DUT2}
+    verified_rping("rping after moving back")
 
 
 # --- an MR deregistered with Writes and Reads in flight ---------------------------------
@@ -334,7 +444,11 @@ def test_failing_allocations_during_setup_and_traffic(two_rsiw, procs, tmp_path,
         crc = cli.wait(T_CLIENT)
         if crc is None:
             set_faults(0, 0)
-            raise AssertionError(f"round {i}: rping client hung:\n{cli.output()[-3000:]}")
+            state = sh(f"rdma res show qp; rdma res show cm_id; ip netns exec {NS_A} "
+                       f"ss -tinmoe; ip netns exec {NS_B} ss -tinmoe; dmesg | tail -40",
+                       check=False).stdout
+            raise AssertionError(f"round {i}: rping client hung:\n{cli.output()[-1500:]}\n"
+                                 f"server:\n{srv.output()[-1500:]}\n{state}")
         src = srv.wait(60)
         srv.kill()
         results.append((i, f"client {crc} server {src}", before - faults_left()))

@@ -259,10 +259,11 @@ def run(argv, out, ns=None, timeout=T_CLIENT, before_kill=None, stalled=None):
 CM_ID = re.compile(r"link (\S+)/\S+ .*?state (\S+) .*?comm (\S+) src-addr (\S+)(?: dst-addr (\S+))?")
 
 
-def cm_ids():
+def cm_ids(ns=None):
     """[(device, state, comm, src, dst)] from `rdma res show cm_id` (netlink: opens no
-    device)."""
-    out = sh("rdma res show cm_id", check=False, timeout=T_TOOL).stdout
+    device), run in namespace `ns`: in exclusive mode only its own devices show there."""
+    prefix = f"ip netns exec {ns} " if ns else ""
+    out = sh(prefix + "rdma res show cm_id", check=False, timeout=T_TOOL).stdout
     return [m.groups() for m in map(CM_ID.search, out.splitlines()) if m]
 
 
@@ -282,7 +283,7 @@ def wait_listener(server, dev, addr, p, ns=None):
     children one by one, so neither alone says a connect would be accepted."""
     deadline = time.monotonic() + T_LISTEN
     while time.monotonic() < deadline:
-        ids = [c for c in cm_ids() if c[1] == "LISTEN" and c[3].endswith(f":{p}")]
+        ids = [c for c in cm_ids(ns) if c[1] == "LISTEN" and c[3].endswith(f":{p}")]
         bound = [c for c in ids if c[3] == f"{addr}:{p}"]
         assert all(c[0] == dev for c in bound), f"listener on {addr}:{p} not on {dev}: {ids}"
         if any(c[0] == dev for c in ids) and tcp_listening(p, ns):
@@ -291,7 +292,7 @@ def wait_listener(server, dev, addr, p, ns=None):
             raise AssertionError(f"server exited ({server.p.returncode}) before listening:\n"
                                  + server.output())
         time.sleep(0.3)
-    raise AssertionError(f"no listener on port {p} after {T_LISTEN}s; cm_ids: {cm_ids()}\n"
+    raise AssertionError(f"no listener on port {p} after {T_LISTEN}s; cm_ids: {cm_ids(ns)}\n"
                          + server.output())
 
 

@@ -175,6 +175,23 @@ impl<T: DeviceOps> IbDevice<T> {
         T::dealloc_ucontext(dev);
     }
 
+    /// `disassociate_ucontext`: the device is going away (unregistered, or moved to another
+    /// network namespace) while a user context is still open, and the core has destroyed
+    /// every object of that context through the ordinary destroy operations.
+    ///
+    /// Nothing is left to do here. The only memory rsiw maps into user space is its rings
+    /// (`mem::umap`), mapped page by page with `remap_vmalloc_range`: each mapped page
+    /// holds its own reference, so after the ring's owner is destroyed the process keeps
+    /// writable pages that no kernel code reads any more, and they are freed at `munmap`.
+    /// Providing the operation is what matters: without it the core keeps the module
+    /// pinned while any user context is open, refuses `rdma dev set DEV netns NS`, and
+    /// makes unregistration wait for every process to close the device.
+    ///
+    /// # Safety
+    ///
+    /// Called only by the RDMA core, through `IbDevice::<T>::OPS`.
+    pub(super) unsafe extern "C" fn disassociate_ucontext_c(_uctx: *mut bindings::ib_ucontext) {}
+
     /// # Safety
     ///
     /// Called only by the RDMA core, through `IbDevice::<T>::OPS`, with the pointers the
