@@ -4,7 +4,7 @@ the other, as Responder (`listen`: accepts them on ADDR:PORT) or as Initiator (`
 connects to the hostile peer listening on ADDR:PORT), and reports, for each, what the
 peer's FPDUs did to its memory.
 
-    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv]
+    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread]
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
@@ -16,7 +16,10 @@ page (`faddr`, `fkey`), and accepts (or connects). With `read` it then posts one
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
 through the remote-read MR, and waits for its completion. With `flood` it then posts
 FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
-not read) and does not wait for them. With `norecv` it posts no receive and, instead of a
+not read) and does not wait for them. With `bigread` it also registers BIG_LEN octets
+holding BIG_PATTERN repeated, with remote read access (`baddr`, `bkey` in the first
+line), for the peer to read, and deregisters it before the connection's QP is
+destroyed. With `norecv` it posts no receive and, instead of a
 receive's completion, waits up to 60 s for the first asynchronous event. Otherwise it then
 waits for the receive
 to complete (a Send from the peer, or a flush once the connection ended) and prints one
@@ -50,6 +53,8 @@ READ_LEN = 64
 READ_STAG = 0x1234
 FLOOD_SENDS = 4
 FLOOD_LEN = 1 << 20
+BIG_LEN = 8 << 20
+BIG_PATTERN = bytes(range(251))
 
 
 def changed_runs(data):
@@ -89,9 +94,14 @@ def serve_one(cid, ctx, mode, go):
     rcv = cid.reg_msgs(64)
     if mode != "norecv":
         cid.post_recv(rcv)
-    print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey,
-                      "lkey": region.lkey, "faddr": foreign.buf, "fkey": foreign.rkey}),
-          flush=True)
+    keys = {"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey, "lkey": region.lkey,
+            "faddr": foreign.buf, "fkey": foreign.rkey}
+    big = None
+    if mode == "bigread":
+        big = MR(cid.pd, BIG_LEN, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+        big.write((BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:BIG_LEN], BIG_LEN)
+        keys.update(baddr=big.buf, bkey=big.rkey)
+    print(json.dumps(keys), flush=True)
     go(ConnParam(resources=1, depth=1))
     read_wc = None
     flood = None
@@ -123,7 +133,7 @@ def serve_one(cid, ctx, mode, go):
         cid.disconnect()
     except PyverbsError:
         pass  # the connection may have ended already
-    for obj in (ro, wr, region, rcv, flood, foreign, other_pd, cid):
+    for obj in (ro, wr, region, rcv, flood, big, foreign, other_pd, cid):
         if obj is not None:
             obj.close()
 

@@ -990,3 +990,63 @@ def test_reset_in_the_middle_of_a_read_response(target, peer, role):
     assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
     bad = changes_within(r["changes"], PAGE, READ_DATA)
     assert not bad and r["foreign"] == [], (bad, r)
+
+
+BIG_LEN = 8 << 20
+BIG_PATTERN = bytes(range(251))
+"""The size and content of the region hostile_target.py registers for `bigread`."""
+
+
+def read_responses(data):
+    """The payload of the complete Read Response FPDUs that start `data`, checked to be
+    Read Responses to a Read of sink STag 0x1234 at TO 0 (read_request()), in order;
+    an incomplete last FPDU (the stream was cut) is left out."""
+    payload, to = b"", 0
+    while len(data) >= 2:
+        ulen = int.from_bytes(data[:2], "big")
+        total = 2 + ulen + (-(2 + ulen)) % 4 + 4
+        if len(data) < total:
+            break
+        f, data = data[:total], data[total:]
+        assert f[3] & 0x0F == 2, f"not a Read Response: {f[:32].hex()}"
+        stag, fto = struct.unpack(">IQ", f[4:16])
+        assert (stag, fto) == (0x1234, to), f"Read Response at STag {stag:#x} TO {fto}, " \
+            f"want TO {to}"
+        payload += f[16:2 + ulen]
+        to += ulen - 14
+    return payload
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_zero_window_during_a_read_response(target, peer, role):
+    """The peer asks for an 8 MiB RDMA Read of the target's memory and reads nothing, with
+    rsiw as Responder and as Initiator: the Read Response fills the peer's receive window
+    and rsiw's send buffer and stalls. rsiw's receive side goes on (the peer's Send
+    completes the target's receive), and the target deregisters the region the stalled
+    Response reads from, disconnects and tears down (the fixture checks it exits 0 within
+    T_IO). What the peer then reads is Read Response FPDUs carrying the region's octets
+    in order, up to the close: a stalled stream is cut, never corrupted, and KASAN sees
+    no access to the unpinned pages."""
+    report = target(1, "bigread", role=role)
+    s, keys = open_conn(role, report, peer)
+    # A small, fixed receive buffer: the window closes after a few pages.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(read_request(keys["bkey"], keys["baddr"], BIG_LEN))
+    queued, deadline = 0, T_IO
+    while deadline > 0:
+        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        if queued >= 2048:
+            break
+        select.select([], [], [], 0.1)
+        deadline -= 0.1
+    assert queued >= 2048, f"the Read Response did not reach the peer ({queued} octets)"
+    s.sendall(send(b"done"))
+    r = report(timeout=T_IO)
+    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    assert r["changes"] == [] and r["foreign"] == [], r
+    data = recv_all(s)
+    s.close()
+    got = read_responses(data)
+    want = (BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:len(got)]
+    print(f"the peer read {len(data)} octets, {len(got)} of them Response payload")
+    assert got == want, "the Read Response's payload is not the region's octets in order"
