@@ -205,7 +205,7 @@ def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
     With the C siw (stand-in mode), which cannot disassociate, the core waits for the
     programs to close the device instead."""
     two_rsiw()
-    duration = 10 if STANDIN else 60
+    duration = 10 if STANDIN else 30
     srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", str(duration)])
     wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
     t0 = time.monotonic()
@@ -368,7 +368,8 @@ SCRIBBLED = {
     "rping": ("rping", ["-S", "8192"]),
 }
 """Programs whose rings are scribbled on: SQ, SRQ and CQs (ib_send_bw), SQ and CQs with
-Writes (ib_write_bw), SQ, RQ and CQs with Sends, Reads and Writes (rping)."""
+Writes (ib_write_bw), SQ, RQ and CQs with Sends, Reads and Writes (rping). `make check`
+runs the first, `make soak` all three."""
 
 
 def qp_states(pids):
@@ -381,7 +382,7 @@ def qp_states(pids):
     return states
 
 
-@pytest.mark.parametrize("victim", list(SCRIBBLED))
+@pytest.mark.parametrize("victim", list(SCRIBBLED) if SOAK else ["ib_send_bw-srq"])
 def test_scribbled_rings_fail_only_their_own_qps(two_rsiw, procs, tmp_path, victim):
     """While `victim` moves data between the two devices, ring_scribbler.py writes
     garbage into both ends' mapped rings (malformed SQEs and RQEs with VALID set, num_sge
@@ -464,7 +465,8 @@ def finished(srv, cli, what, timeout=T_CLIENT):
 
 
 def qp_count():
-    return len(re.findall(r"\bstate \S+", sh("rdma res show qp", check=False).stdout))
+    """The QPs `rdma res show qp` lists (one `lqpn` each)."""
+    return len(re.findall(r"\blqpn \d+", sh("rdma res show qp", check=False).stdout))
 
 
 CYCLES = 10000 if SOAK else 300
@@ -473,44 +475,50 @@ HELD = 500 if SOAK else 100
 """Connections the load test holds open at once (two QPs each)."""
 SLAB_MARGIN_KIB = 1024
 VMALLOC_MARGIN_KIB = 256
-"""How far slab and vmalloc use may stay above their baseline after the load test: the
-kernel's own caches (rdma_cm, TCP, the page tables of exited processes) vary by some
-hundred KiB between two idle moments; a leak of 100 octets per connection is 1 MiB over
-the soak's 10,000 cycles."""
+"""How far kmalloc and vmalloc use may stay above their baseline after the load test,
+on Debian's kernel: the kernel's own kmalloc users (rdma_cm, TCP, the exited programs)
+left 298 KiB more after 300 cycles there; a leak of 100 octets per connection is 1 MiB
+over the soak's 10,000 cycles."""
 
 
 def test_connection_cycles_and_many_qps_return_memory(two_rsiw, procs, tmp_path):
     """CYCLES rdma_cm connections (50 at a time, ucmatose, one Send each way), then HELD
     connections open at once (2 * HELD QPs, all counted in `rdma res`), between the two
-    rsiw devices. Afterwards no QP is left, and slab and vmalloc use return to their
-    baseline measured after a warm-up, within SLAB_MARGIN_KIB and VMALLOC_MARGIN_KIB;
-    kmemleak runs after the file (autouse)."""
+    rsiw devices. Afterwards no QP is left, and on Debian's kernel kmalloc and vmalloc
+    use return to their baseline measured after a warm-up, within SLAB_MARGIN_KIB and
+    VMALLOC_MARGIN_KIB; on the debug kernel kmemleak checks instead (after the file)."""
     two_rsiw()
     finished(*ucmatose(procs, tmp_path, "warm-up", 50, 1), "warm-up")
     wait_for(lambda: qp_count() == 0, timeout=T_CLIENT, what="warm-up QPs destroyed")
     base = kernel_memory_kib()
-    print(f"baseline: slab, vmalloc KiB {base}", flush=True)
+    print(f"baseline: kmalloc, vmalloc KiB {base}", flush=True)
     t0 = time.monotonic()
     per_run = 50
     for i in range(CYCLES // per_run):
         finished(*ucmatose(procs, tmp_path, f"cycles{i}", per_run, 1), f"cycles run {i}")
     took = time.monotonic() - t0
-    srv, cli = ucmatose(procs, tmp_path, "held", HELD, 100)
-    wait_for(lambda: qp_count() >= 2 * HELD or cli.p.poll() is not None, timeout=T_CLIENT * 2,
-             what=f"{2 * HELD} QPs open at once")
-    held = qp_count()
+    # ucmatose sets up every connection before its Sends start, and tears them down
+    # after the last: the most QPs seen is how many were open at once.
+    srv, cli = ucmatose(procs, tmp_path, "held", HELD, 300 if SOAK else 50)
+    seen = [0]
+
+    def all_open():
+        seen[0] = max(seen[0], qp_count())
+        return seen[0] >= 2 * HELD or cli.p.poll() is not None
+    wait_for(all_open, timeout=T_CLIENT * 2, what=f"{2 * HELD} QPs open at once")
+    held = seen[0]
     print(f"{CYCLES} cycles in {took:.0f}s; {held} QPs held at once", flush=True)
     finished(srv, cli, "held connections", timeout=T_CLIENT * 2)
     wait_for(lambda: qp_count() == 0, timeout=T_CLIENT, what="every QP destroyed")
     after = kernel_memory_kib()
-    print(f"{CYCLES} cycles in {took:.0f}s; {held} QPs held at once; slab, vmalloc KiB: "
+    print(f"{CYCLES} cycles in {took:.0f}s; {held} QPs held at once; kmalloc, vmalloc KiB: "
           f"baseline {base}, after {after}")
     assert held >= 2 * HELD, f"only {held} QPs were open at once"
     if os.path.exists(KMEMLEAK):
         # KASAN's quarantine holds freed objects back (they count as in use), so the
         # debug kernel leaves the figures to kmemleak; the stock leg compares them.
         return
-    assert after[0] - base[0] <= SLAB_MARGIN_KIB, f"slab grew by {after[0] - base[0]} KiB"
+    assert after[0] - base[0] <= SLAB_MARGIN_KIB, f"kmalloc grew by {after[0] - base[0]} KiB"
     assert after[1] - base[1] <= VMALLOC_MARGIN_KIB, \
         f"vmalloc grew by {after[1] - base[1]} KiB"
 
