@@ -774,6 +774,20 @@ def test_bad_read_responses_are_refused_before_placement(target, peer, role):
     assert not errs, "\n".join(errs)
 
 
+def wait_queued(s, what):
+    """Waits up to T_IO seconds until at least 2048 octets from rsiw stand unread in the
+    receive queue of socket `s` (FIONREAD): with a small receive buffer, its window is
+    then closed."""
+    queued, deadline = 0, T_IO
+    while deadline > 0:
+        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        if queued >= 2048:
+            return
+        select.select([], [], [], 0.1)
+        deadline -= 0.1
+    raise AssertionError(f"{what} did not reach the peer ({queued} octets queued)")
+
+
 def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     """The peer lets the target's 4 MiB of Sends fill its receive window and rsiw's send
     buffer, then sends a Write without the right and reads nothing: the target's receive
@@ -790,16 +804,8 @@ def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     rep = recv_exact(s, 20)
     assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
     recv_exact(s, int.from_bytes(rep[18:20], "big"))
-    # Wait until rsiw's Sends stand in the peer's receive queue (FIONREAD), which it
-    # then leaves unread: the window is closed.
-    deadline = T_IO
-    while deadline > 0:
-        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
-        if queued >= 2048:
-            break
-        select.select([], [], [], 0.1)
-        deadline -= 0.1
-    assert queued >= 2048, f"rsiw's Sends did not reach the peer ({queued} octets)"
+    # rsiw's Sends stand in the peer's receive queue, which it then leaves unread.
+    wait_queued(s, "rsiw's Sends")
     s.sendall(write(keys["rkey"], keys["addr"] + 64, b"\xEE" * 16))
     r = report(timeout=T_IO)
     assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
@@ -1033,14 +1039,7 @@ def test_zero_window_during_a_read_response(target, peer, role):
     # A small, fixed receive buffer: the window closes after a few pages.
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(read_request(keys["bkey"], keys["baddr"], BIG_LEN))
-    queued, deadline = 0, T_IO
-    while deadline > 0:
-        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
-        if queued >= 2048:
-            break
-        select.select([], [], [], 0.1)
-        deadline -= 0.1
-    assert queued >= 2048, f"the Read Response did not reach the peer ({queued} octets)"
+    wait_queued(s, "the Read Response")
     s.sendall(send(b"done"))
     r = report(timeout=T_IO)
     assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
