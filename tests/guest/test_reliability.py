@@ -169,6 +169,18 @@ def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
     assert down_at < count, "rping had finished before the link went down"
 
 
+def rping_ends_exit(srv, cli, when):
+    """Waits up to T_SURVIVE seconds for each rping end to exit by itself, printing how;
+    returns ((name, program), ...) of both ends."""
+    ends = (("server", srv), ("client", cli))
+    for name, b in ends:
+        rc = b.wait(T_SURVIVE)
+        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
+        print(f"rping {name}: exited {rc}\n{out}")
+        assert rc is not None, f"rping {name} did not exit {when}:\n{out}"
+    return ends
+
+
 # --- a device moved to another namespace (exclusive mode) -------------------------------
 
 NS_C = "rsiwC"
@@ -233,11 +245,7 @@ def test_device_moved_to_another_namespace(exclusive_netns, two_rsiw, procs, tmp
     assert r.returncode == 0, f"moving {DUT2} failed: {r.stderr}"
     assert visible_devices(NS_C) == {DUT2}
     assert DUT2 not in visible_devices(NS_B)
-    for name, b in (("server", srv), ("client", cli)):
-        rc = b.wait(T_SURVIVE)
-        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
-        print(f"rping {name}: exited {rc}\n{out}")
-        assert rc is not None, f"rping {name} did not exit after the move:\n{out}"
+    rping_ends_exit(srv, cli, "after the move")
     assert "device removal" in cli.output(), cli.output()[-1500:]
     sh(f"ip netns exec {NS_C} rdma dev set {DUT2} netns {NS_B}", timeout=T_CLIENT)
     assert visible_devices(NS_B) == {DUT2}
@@ -263,12 +271,9 @@ def test_rmmod_during_a_transfer_takes_the_devices_away(two_rsiw, procs, tmp_pat
     assert not module_loaded("rsiw")
     for dev in (DUT, DUT2):
         assert not os.path.exists(f"/sys/class/infiniband/{dev}"), f"{dev} still there"
-    for name, b in (("server", srv), ("client", cli)):
-        rc = b.wait(T_SURVIVE)
-        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
-        print(f"rping {name}: exited {rc}\n{out}")
-        assert rc is not None, f"rping {name} did not exit after its device went:\n{out}"
-        assert "device removal" in b.output(), f"rping {name} saw no device removal:\n{out}"
+    for name, b in rping_ends_exit(srv, cli, "after its device went"):
+        assert "device removal" in b.output(), f"rping {name} saw no device removal:\n" + \
+            b.output()[-1500:]
 
 
 @pytest.mark.parametrize("dev", [DUT, DUT2] if SOAK else [DUT2],
@@ -311,11 +316,7 @@ def test_veth_deleted_during_transfer(two_rsiw, procs, tmp_path):
     wait_for(lambda: not any(os.path.exists(f"/sys/class/infiniband/{d}")
                              for d in (DUT, DUT2)),
              timeout=T_CLIENT, what="both devices removed with their netdevs")
-    for name, b in (("server", srv), ("client", cli)):
-        rc = b.wait(T_SURVIVE)
-        out = "\n".join(b.output().splitlines()[-4:])[-1500:]
-        print(f"rping {name}: exited {rc}\n{out}")
-        assert rc is not None, f"rping {name} did not exit after its device went:\n{out}"
+    rping_ends_exit(srv, cli, "after its device went")
     log = dmesg_since(mark)
     assert "to become free" not in log, log[-3000:]
 
@@ -508,7 +509,6 @@ def test_connection_cycles_and_many_qps_return_memory(two_rsiw, procs, tmp_path)
         return seen[0] >= 2 * HELD or cli.p.poll() is not None
     wait_for(all_open, timeout=T_CLIENT * 2, what=f"{2 * HELD} QPs open at once")
     held = seen[0]
-    print(f"{CYCLES} cycles in {took:.0f}s; {held} QPs held at once", flush=True)
     finished(srv, cli, "held connections", timeout=T_CLIENT * 2)
     wait_for(lambda: qp_count() == 0, timeout=T_CLIENT, what="every QP destroyed")
     after = kernel_memory_kib()
