@@ -95,6 +95,9 @@ impl Drop for Registry {
                 ))
             };
         }
+        // A static is never dropped: free the vector's buffer here, or every module load
+        // that created a device would leak it at unload.
+        drop(core::mem::replace(&mut *DEVICES.lock(), KVec::new()));
         REGISTRY_LIVE.store(false, Ordering::Release);
     }
 }
