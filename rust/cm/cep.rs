@@ -203,12 +203,20 @@ impl Cep {
         if !listener.adopt(&cep) {
             return Err(ECONNABORTED);
         }
-        if let Err(e) = sock.attach(cep.clone(), Some(lsock)) {
-            listener.forget(&cep);
-            return Err(e);
-        }
         {
+            // Attached under the CEP's lock: the work item that the socket's first event
+            // queues (the peer may send its MPA Request at once) waits until the CEP holds
+            // the socket and its startup engine, instead of finding neither and closing.
             let mut g = cep.inner.lock();
+            if g.state != CepState::AwaitRequest {
+                // Evicted, or its listener went away, before it got its socket.
+                return Err(ECONNABORTED);
+            }
+            if let Err(e) = sock.attach(cep.clone(), Some(lsock)) {
+                drop(g);
+                listener.forget(&cep);
+                return Err(e);
+            }
             g.sock = Some(sock);
             g.startup = Some(startup);
             g.addrs = Some(addrs);
@@ -254,9 +262,15 @@ impl Cep {
             addrs.0
         );
         let cep = Self::new(CepState::AwaitReply, Some(id), None, dev.stats(), settings)?;
-        sock.attach(cep.clone(), None)?;
         {
+            // Attached under the CEP's lock, as in `passive`: an early event of the socket
+            // (data or a reset from the peer) finds the CEP set up.
             let mut g = cep.inner.lock();
+            if let Err(e) = sock.attach(cep.clone(), None) {
+                // No event is owed on the id: iw_connect fails.
+                g.id = None;
+                return Err(e);
+            }
             g.sock = Some(sock);
             g.startup = Some(startup);
             g.addrs = Some(addrs);
