@@ -208,10 +208,6 @@ impl Cep {
             // queues (the peer may send its MPA Request at once) waits until the CEP holds
             // the socket and its startup engine, instead of finding neither and closing.
             let mut g = cep.inner.lock();
-            if g.state != CepState::AwaitRequest {
-                // Evicted, or its listener went away, before it got its socket.
-                return Err(ECONNABORTED);
-            }
             if let Err(e) = sock.attach(cep.clone(), Some(lsock)) {
                 drop(g);
                 listener.forget(&cep);
