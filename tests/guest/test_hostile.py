@@ -39,6 +39,7 @@ and `rmmod rsiw` must succeed.
 import fcntl
 import json
 import os
+import queue
 import re
 import select
 import socket
@@ -46,6 +47,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 
 import crcmod.predefined
 import pytest
@@ -61,6 +63,9 @@ TARGET = os.path.join(os.path.dirname(__file__), "hostile_target.py")
 # Where the hostile peer listens when rsiw is the Initiator.
 PEER_PORT = PORT + 1
 T_IO = 60
+# How long the target may take to report a connection's end (rsiw's MPA and
+# TERMINATE timeouts are well within it).
+T_REPORT = 3 * T_IO
 
 IBV_WC_SUCCESS = 0
 IBV_WC_WR_FLUSH_ERR = 5
@@ -280,10 +285,37 @@ def target(rsiw, dummy):
         port = PORT if role == "listen" else PEER_PORT
         p = subprocess.Popen([sys.executable, TARGET, role, ADDR, str(port), str(n), *mode],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # A reader thread per target, so that every wait for a line has a deadline
+        # (select() on the pipe would miss lines the text wrapper has read ahead).
+        p.lines = queue.Queue()
+
+        def pump():
+            for line in p.stdout:
+                p.lines.put(line)
+            p.lines.put(None)
+        p.reader = threading.Thread(target=pump, daemon=True)
+        p.reader.start()
         procs.append(p)
-        line = p.stdout.readline().strip()
-        assert line == "ready", line + p.stdout.read()
+        line = next_line(p, T_IO).strip()
+        assert line == "ready", line + rest(p)
         return p
+
+    def next_line(p, timeout):
+        try:
+            line = p.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line from the target within {timeout} s") from None
+        return "" if line is None else line
+
+    def rest(p):
+        # What the target wrote after the line in hand, once it exited.
+        p.reader.join(timeout=T_IO)
+        out = []
+        while not p.lines.empty():
+            line = p.lines.get()
+            if line is not None:
+                out.append(line)
+        return "".join(out)
 
     def start(n, *mode, role="listen"):
         # As Initiator, one process per connection: in hostile_target.py a second
@@ -293,16 +325,16 @@ def target(rsiw, dummy):
         # pyverbs' matter, not the provider's.
         cur = {"p": None if role == "connect" else spawn(role, n, mode), "lines": 0}
 
-        def report(timeout=None):
+        def report(timeout=T_REPORT):
             if role == "connect" and cur["lines"] % 2 == 0:
                 cur["p"] = spawn(role, 1, mode)
             p = cur["p"]
             cur["lines"] += 1
-            if timeout is not None:
-                ready, _, _ = select.select([p.stdout], [], [], timeout)
-                assert ready, f"no report from the target within {timeout} s"
-            line = p.stdout.readline()
-            assert line.startswith("{"), "target failed: " + line + p.stdout.read()
+            line = next_line(p, timeout)
+            if not line.startswith("{"):
+                p.kill()
+                p.wait()
+                raise AssertionError("target failed: " + line + rest(p))
             return json.loads(line)
         return report
 
@@ -313,7 +345,7 @@ def target(rsiw, dummy):
         except subprocess.TimeoutExpired:
             p.kill()
             rc = p.wait()
-        assert rc == 0, f"target exited {rc}: {p.stdout.read()}"
+        assert rc == 0, f"target exited {rc}: {rest(p)}"
     sh(f"rdma link del {DEV}", check=False)
 
 
