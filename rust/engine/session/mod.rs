@@ -266,6 +266,9 @@ pub struct Session<S: Store = Fixed> {
     state: SessionState,
     /// How far [`Session::poll_event`] has reported the state.
     reported: Reported,
+    /// [`Session::admit`] held the SQ head for an outstanding Read (ORD or the read
+    /// fence): the next Read completion wakes the transmit side.
+    head_waits: bool,
 }
 
 impl Session {
@@ -311,6 +314,7 @@ impl<S: Store> Session<S> {
             rtr: RtrPhase::Done,
             state: SessionState::Closed(Close::PeerTerminated(None)),
             reported: Reported::Closed,
+            head_waits: false,
         }
     }
 
@@ -354,6 +358,7 @@ impl<S: Store> Session<S> {
         self.irq.clear();
         self.state = SessionState::Active;
         self.reported = Reported::Nothing;
+        self.head_waits = false;
     }
 
     /// The configuration in use (IRD and ORD capped).
@@ -392,8 +397,9 @@ impl<S: Store> Session<S> {
     /// from the peer closes the session. Octets that arrive after either are discarded.
     ///
     /// Returns whether the transmit side has new work: a Read Request to answer, a Read
-    /// completed (ORD or a fence may let the SQ go on), the Responder's gate opened, or the
-    /// state changed.
+    /// completed while [`Session::admit`] held the SQ head for it (ORD or the read fence),
+    /// the Responder's gate opened, or the state changed. A Read completing while nothing
+    /// waits for it wakes nothing.
     pub fn handle_rx<R: RxStream, M: MemoryLookup, E: SessionEvents>(
         &mut self,
         stream: &mut R,
@@ -427,7 +433,11 @@ impl<S: Store> Session<S> {
             },
         );
         self.rtr = rtr.get();
-        let mut wake = self.irq.len() > irq || self.reads_outstanding() < orq;
+        let mut wake = self.irq.len() > irq;
+        if self.head_waits && self.reads_outstanding() < orq {
+            self.head_waits = false;
+            wake = true;
+        }
         if self.dec.mpa().fpdus() != fpdus {
             if let RtrPhase::Awaiting { .. } = self.rtr {
                 self.rtr = RtrPhase::Done;
@@ -502,6 +512,7 @@ impl<S: Store> Session<S> {
         }
         let out = self.reads_outstanding();
         if wr.fenced && out != 0 {
+            self.head_waits = true;
             return Admit::Wait;
         }
         let Some(sink) = wr.read else {
@@ -511,13 +522,17 @@ impl<S: Store> Session<S> {
             return Admit::Refuse;
         }
         if out >= self.cfg.ord as usize {
+            self.head_waits = true;
             return Admit::Wait;
         }
         match self.dec.post_read(sink) {
             Ok(()) => Admit::Go,
             Err(PushError::Wraps) => Admit::Refuse,
             // ord <= MAX_ORD < ORQ_CAPACITY: not reached.
-            Err(PushError::Full) => Admit::Wait,
+            Err(PushError::Full) => {
+                self.head_waits = true;
+                Admit::Wait
+            }
         }
     }
 

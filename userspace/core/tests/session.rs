@@ -290,6 +290,39 @@ fn ord_and_the_read_fence_hold_the_sq() {
 }
 
 #[test]
+fn a_completed_read_wakes_the_transmit_side_only_for_a_waiting_sq_head() {
+    let resp = stream(|b| {
+        b.push(&rresp(0x200, 0x2000, true), &[1; 0x20]);
+    });
+    // Nothing waits for the Read: its Response completes it without a wake-up.
+    let mut h = harness(Role::Initiator, None, 0, 2);
+    h.run(&[Op::Post(READ), TX, Op::Post(SEND), TX]);
+    h.run(&[Op::Rx(resp.clone())]);
+    assert_eq!(h.session.reads_outstanding(), 0);
+    assert!(!h.last_wake, "woken for a Read nothing waited for");
+
+    // ORD 1 holds the second Read; the first one's Response wakes the shell once.
+    let mut h = harness(Role::Initiator, None, 0, 1);
+    h.run(&[Op::Post(READ), Op::Post(READ), TX]);
+    assert_eq!(h.out().last(), Some(&Out::Admit(READ, Admit::Wait)));
+    h.run(&[Op::Rx(resp.clone())]);
+    assert!(h.last_wake, "the waiting Read not woken");
+    h.run(&[TX, Op::Rx(resp.clone())]);
+    assert!(!h.last_wake, "woken again with nothing waiting");
+
+    // The read fence holds a Send; the Response wakes the shell.
+    let fenced = SqHead {
+        fenced: true,
+        read: None,
+    };
+    let mut h = harness(Role::Initiator, None, 0, 4);
+    h.run(&[Op::Post(READ), Op::Post(fenced), TX]);
+    assert_eq!(h.out().last(), Some(&Out::Admit(fenced, Admit::Wait)));
+    h.run(&[Op::Rx(resp)]);
+    assert!(h.last_wake, "the fenced Send not woken");
+}
+
+#[test]
 fn initiator_sends_the_rtr_first_and_the_read_rtr_completes_nothing() {
     for t in [RtrType::Read, RtrType::Write, RtrType::Send] {
         let mut h = harness(Role::Initiator, Some(t), 0, 2);

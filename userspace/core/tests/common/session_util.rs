@@ -158,6 +158,10 @@ pub struct Harness {
     terminate_out: bool,
     /// The Read RTR's Response arrived.
     rtr_done: bool,
+    /// The session held the SQ head (`Admit::Wait`) and has not woken the shell since.
+    head_waiting: bool,
+    /// What the last `handle_rx` returned (whether the shell's transmit side was woken).
+    pub last_wake: bool,
     /// Every placement, in order.
     pub placed: Vec<(PlaceTarget, Vec<u8>)>,
 }
@@ -191,6 +195,8 @@ impl Harness {
             closed: false,
             terminate_out: false,
             rtr_done: false,
+            head_waiting: false,
+            last_wake: false,
             placed: Vec::new(),
         }
     }
@@ -262,7 +268,8 @@ impl Harness {
         let sinks: Vec<ReadSink> = self.outstanding.iter().copied().collect();
         self.mem.sinks = sinks.clone();
         let mut s = SliceRx::new(data);
-        self.session
+        let wake = self
+            .session
             .handle_rx(&mut s, &mut self.mem, &mut self.rec, self.now);
         assert_eq!(s.pos, data.len(), "session left octets unconsumed");
         if !active {
@@ -308,6 +315,14 @@ impl Harness {
             })
             .collect();
         let completed = self.outstanding.len() - self.session.reads_outstanding();
+        if completed > 0 && self.head_waiting {
+            // The shell sends nothing until woken: a missed wake-up stalls the SQ.
+            assert!(wake, "a Read completed while the SQ head waited, without a wake-up");
+        }
+        if completed > 0 && wake {
+            self.head_waiting = false;
+        }
+        self.last_wake = wake;
         let mut ulp = done.iter();
         for _ in 0..completed {
             let r = self.outstanding.pop_front().expect("a completed Read");
@@ -356,6 +371,7 @@ impl Harness {
                     };
                     let a = self.session.admit(&h);
                     self.rec.out.push(Out::Admit(h, a));
+                    self.head_waiting = a == Admit::Wait;
                     match a {
                         Admit::Wait => return,
                         Admit::Refuse => {
