@@ -58,6 +58,7 @@ use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, SessionConfig};
 use crate::engine::startup::Negotiated;
+use crate::limits::MAX_SGE;
 use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
 use crate::settings::Snapshot;
@@ -72,6 +73,7 @@ use crate::timer::Armed;
 use crate::wire::mpa::MpaErrorCode;
 use crate::wire::terminate::TermCause;
 use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::alloc::Flags;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, new_spinlock_irq, Arc, ArcBorrow, Mutex, SpinLockIrq};
@@ -175,6 +177,55 @@ struct ResolvedSge {
     len: u32,
 }
 
+/// The resolved SGEs of one message: the first inline (a message has one SGE most
+/// often; it then allocates nothing), the others in a vector allocated for the second.
+/// Small, so that it moves without a block copy.
+struct SgeList {
+    first: Option<ResolvedSge>,
+    rest: Option<KVec<ResolvedSge>>,
+}
+
+impl SgeList {
+    /// An empty list.
+    const fn new() -> Self {
+        Self {
+            first: None,
+            rest: None,
+        }
+    }
+
+    /// Appends `sge`; a second or later SGE is stored with allocation flags `flags`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` when [`MAX_SGE`] SGEs are in the list already, `ENOMEM`.
+    fn push(&mut self, sge: ResolvedSge, flags: Flags) -> Result {
+        if self.first.is_none() {
+            self.first = Some(sge);
+            return Ok(());
+        }
+        let rest = self.rest.get_or_insert_with(KVec::new);
+        if rest.len() + 1 >= MAX_SGE as usize {
+            return Err(ENOSPC);
+        }
+        rest.push(sge, flags)?;
+        Ok(())
+    }
+
+    /// The SGE at `idx`, if the list has that many.
+    fn get(&self, idx: usize) -> Option<&ResolvedSge> {
+        match idx.checked_sub(1) {
+            None => self.first.as_ref(),
+            Some(i) => self.rest.as_ref()?.get(i),
+        }
+    }
+
+    /// The SGEs, in order.
+    fn iter(&self) -> impl Iterator<Item = &ResolvedSge> {
+        Iterator::chain(self.first.iter(), self.rest.iter().flat_map(|r| r.iter()))
+    }
+}
+
 /// The mutable state of a connection.
 struct Inner {
     qp: Option<QpRef<Device>>,
@@ -187,8 +238,9 @@ struct Inner {
     timer: Option<(u64, Armed<Conn>)>,
     job: Option<(JobKind, Payload)>,
     fpdu: Option<TxFpdu>,
-    /// The buffers of the last FPDU sent, for the next one.
-    spare: FpduBufs,
+    /// The buffers of the last FPDU sent, for the next one (`None` before the first and
+    /// while an FPDU holds them).
+    spare: Option<FpduBufs>,
     /// The work item read what arrived before the data-ready callback was attached; from
     /// then on the callback reads everything.
     drained: bool,
@@ -393,7 +445,7 @@ impl Conn {
                     timer: None,
                     job: None,
                     fpdu: None,
-                    spare: FpduBufs::new(),
+                    spare: None,
                     drained: false,
                     closed: false,
                 }),

@@ -12,7 +12,7 @@
 //! half, which takes it briefly for what the two share. Nothing here sleeps or allocates with
 //! `GFP_KERNEL`.
 
-use super::{Conn, ResolvedSge};
+use super::{Conn, ResolvedSge, SgeList};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
@@ -106,7 +106,7 @@ pub(super) fn idle_session(ird: u32, ord: u32) -> Result<Session<ConnQueues>> {
 pub(super) struct RxMsg {
     pub(super) id: u64,
     msn: u32,
-    pieces: KVec<ResolvedSge>,
+    pieces: SgeList,
     total: u64,
 }
 
@@ -160,11 +160,11 @@ impl RxSide {
             return false;
         };
         let before = session.decoder().mpa().fpdus();
-        let (wake, cur) = {
+        let wake = {
             let ctx = RxCtx {
                 qp,
                 pd: *pd,
-                msg: RefCell::new(msg.take()),
+                msg: RefCell::new(msg),
                 reads_out: RefCell::new(&mut *reads_out),
             };
             let mut s = ChunkStream {
@@ -172,10 +172,8 @@ impl RxSide {
                 pos: 0,
                 ctx: &ctx,
             };
-            let wake = session.handle_rx(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx), now);
-            (wake, ctx.msg.into_inner())
+            session.handle_rx(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx), now)
         };
-        *msg = cur;
         let fpdus = session.decoder().mpa().fpdus().wrapping_sub(before);
         let dev = qp.device();
         dev.count(Stat::RxOctets, chunk.len() as u64);
@@ -204,16 +202,16 @@ impl RxSide {
 struct RxCtx<'a> {
     qp: &'a QpRef<Device>,
     pd: PdId,
-    msg: RefCell<Option<RxMsg>>,
+    msg: RefCell<&'a mut Option<RxMsg>>,
     reads_out: RefCell<&'a mut KVec<SendWqe>>,
 }
 
 impl RxCtx<'_> {
     /// Copies `len` octets at `pos` of `chunk` into the pieces from offset `at` on.
-    fn place_pieces(
+    fn place_pieces<'p>(
         chunk: &SkbChunk<'_>,
         mut pos: usize,
-        pieces: &[ResolvedSge],
+        pieces: impl Iterator<Item = &'p ResolvedSge>,
         mut at: u64,
         mut len: usize,
         mut crc: Option<&mut u32>,
@@ -291,19 +289,24 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     .stags
                     .lookup(stag, self.ctx.pd, access_bits(access), to, len as u64)
                     .map_err(|_| PlaceError)?;
-                let piece = [ResolvedSge {
+                let piece = ResolvedSge {
                     mr,
                     to,
                     len: u32::try_from(len).map_err(|_| PlaceError)?,
-                }];
-                RxCtx::place_pieces(self.chunk, pos, &piece, 0, len, crc)
+                };
+                RxCtx::place_pieces(self.chunk, pos, core::iter::once(&piece), 0, len, crc)
             }
             PlaceTarget::Untagged { msn, mo, .. } => {
                 let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError)?;
                 match msg.as_ref() {
-                    Some(m) if m.msn == msn => {
-                        RxCtx::place_pieces(self.chunk, pos, &m.pieces, u64::from(mo), len, crc)
-                    }
+                    Some(m) if m.msn == msn => RxCtx::place_pieces(
+                        self.chunk,
+                        pos,
+                        m.pieces.iter(),
+                        u64::from(mo),
+                        len,
+                        crc,
+                    ),
                     _ => Err(PlaceError),
                 }
             }
@@ -369,7 +372,7 @@ impl MemoryLookup for RxMem<'_, '_> {
                 // a well-formed stream, which completes each message before the next).
                 Qp::complete_recv(self.0.qp.qp(), old.id, WcStatus::GeneralErr, 0, None, false);
             }
-            *cur = Some(self.0.take_rqe(msn)?);
+            self.0.take_rqe(msn, &mut cur)?;
         }
         let m = cur.as_ref().ok_or(UntaggedCheck::NoBuffer)?;
         let end = u64::from(mo) + u64::from(len);
@@ -388,8 +391,10 @@ impl MemoryLookup for RxMem<'_, '_> {
 }
 
 impl RxCtx<'_> {
-    /// Takes the next receive WQE for message `msn` and resolves its SGEs for local write.
-    fn take_rqe(&self, msn: u32) -> Result<RxMsg, UntaggedCheck> {
+    /// Takes the next receive WQE for message `msn` into `cur` (empty), its SGEs resolved
+    /// for local write; `cur` stays empty on failure. Built in place: the message is not
+    /// moved again until it completes.
+    fn take_rqe(&self, msn: u32, cur: &mut Option<RxMsg>) -> Result<(), UntaggedCheck> {
         let qp = self.qp.qp();
         // A receive WQE that cannot take the message completes with `status`; the
         // message then has no buffer (the decoder's TERMINATE, RFC 5040 §7.1).
@@ -402,34 +407,38 @@ impl RxCtx<'_> {
             Some(Err(bad)) => return Err(fail(bad.id, WcStatus::LocQpOpErr)),
             Some(Ok(w)) => w,
         };
-        let mut pieces = KVec::with_capacity(w.sges().len(), GFP_ATOMIC)
-            .map_err(|_| fail(w.id, WcStatus::GeneralErr))?;
-        let mut total = 0u64;
+        let m = cur.insert(RxMsg {
+            id: w.id,
+            msn,
+            pieces: SgeList::new(),
+            total: 0,
+        });
         let need = access_bits(Access::LocalWrite);
         for s in w.sges().iter().filter(|s| s.length != 0) {
-            let mr = self
+            let piece = self
                 .qp
                 .device()
                 .stags
                 .lookup(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
-                .map_err(|_| fail(w.id, WcStatus::LocProtErr))?;
-            let piece = ResolvedSge {
-                mr,
-                to: s.laddr,
-                len: s.length,
-            };
-            // Within the capacity reserved above: never allocates.
-            pieces
-                .push(piece, GFP_ATOMIC)
-                .map_err(|_| fail(w.id, WcStatus::GeneralErr))?;
-            total += u64::from(s.length);
+                .map(|mr| ResolvedSge {
+                    mr,
+                    to: s.laddr,
+                    len: s.length,
+                })
+                .map_err(|_| WcStatus::LocProtErr)
+                // A receive WQE has at most `MAX_SGE` SGEs (`decode_rqe`, `build_rqe`).
+                .and_then(|p| {
+                    m.pieces
+                        .push(p, GFP_ATOMIC)
+                        .map_err(|_| WcStatus::GeneralErr)
+                });
+            if let Err(status) = piece {
+                *cur = None;
+                return Err(fail(w.id, status));
+            }
+            m.total += u64::from(s.length);
         }
-        Ok(RxMsg {
-            id: w.id,
-            msn,
-            pieces,
-            total,
-        })
+        Ok(())
     }
 }
 
@@ -438,12 +447,18 @@ struct RxEv<'a, 'x>(&'a RxCtx<'x>);
 
 impl SessionEvents for RxEv<'_, '_> {
     fn recv_done(&mut self, msg: &MessageDone) -> Result<(), TermCause> {
-        let Some(m) = self.0.msg.try_borrow_mut().ok().and_then(|mut m| m.take()) else {
+        // Dropped in place (its region references released), not moved out.
+        let id = self.0.msg.try_borrow_mut().ok().and_then(|mut m| {
+            let id = m.as_ref()?.id;
+            **m = None;
+            Some(id)
+        });
+        let Some(id) = id else {
             return Err(TermCause::rdmap(RdmapError::LocalCatastrophic));
         };
         Qp::complete_recv(
             self.0.qp.qp(),
-            m.id,
+            id,
             WcStatus::Success,
             msg.len,
             msg.inval_stag,

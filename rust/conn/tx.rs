@@ -5,12 +5,12 @@
 //! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
 use super::tx_fpdu::{FpduBufs, FpduSink, TxFpdu};
-use super::{Conn, Inner, Reason, ResolvedSge};
+use super::{Conn, Inner, Reason, ResolvedSge, SgeList};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::orq::ReadSink;
-use crate::engine::rx_shell::{Access, TaggedCheck};
+use crate::engine::rx_shell::Access;
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::limits::MAX_INLINE;
 use crate::logtag::Tag;
@@ -35,7 +35,7 @@ pub(super) enum Payload {
         off: usize,
     },
     Pieces {
-        list: KVec<ResolvedSge>,
+        list: SgeList,
         idx: usize,
         off: u32,
     },
@@ -177,7 +177,7 @@ impl Conn {
         }
         let (last, wire_len) = (f.last(), f.wire_len());
         if let Some(f) = g.fpdu.take() {
-            g.spare = f.recycle();
+            g.spare = Some(f.recycle());
         }
         this.tx_fpdus.fetch_add(1, Ordering::Relaxed);
         this.tx_octets.fetch_add(wire_len as u64, Ordering::Relaxed);
@@ -264,18 +264,17 @@ impl Conn {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
-        let payload = if req.size == 0 {
-            Payload::None
+        let mr = if req.size == 0 {
+            None
         } else {
-            match resolve_range(
-                qp,
-                g.pd,
+            match qp.device().stags.lookup(
                 req.src_stag,
-                req.src_to,
-                req.size,
+                g.pd,
                 access_bits(Access::RemoteRead),
+                req.src_to,
+                u64::from(req.size),
             ) {
-                Ok(p) => p,
+                Ok(mr) => Some(mr),
                 Err(_) => {
                     // Checked when the Request arrived; the region went away since.
                     this.fail_session(TermCause::rdmap(RdmapError::RemoteProtection(
@@ -290,7 +289,27 @@ impl Conn {
             to: req.sink_to,
             len: req.size,
         };
-        Self::start_message(this, g, resp, JobKind::ReadResponse, payload)
+        let started = Self::start_message(this, g, resp, JobKind::ReadResponse, Payload::None);
+        // The payload goes into the job in place.
+        if let (Some(mr), Some((JobKind::ReadResponse, p))) = (mr, g.job.as_mut()) {
+            *p = Payload::Pieces {
+                list: SgeList::new(),
+                idx: 0,
+                off: 0,
+            };
+            if let Payload::Pieces { list, .. } = p {
+                // The list is empty: never fails.
+                let _ = list.push(
+                    ResolvedSge {
+                        mr,
+                        to: req.src_to,
+                        len: req.size,
+                    },
+                    GFP_KERNEL,
+                );
+            }
+        }
+        started
     }
 
     /// Starts `msg` as the job `kind` with `payload`; a message the TX builder refuses
@@ -394,12 +413,12 @@ impl Conn {
             g.job = Some((JobKind::Read, Payload::None));
             return true;
         }
-        match Self::start_sqe(&mut g.tx, g.pd, qp, &w) {
-            Ok(job) => {
-                g.job = Some(job);
-                true
+        match Self::start_sqe(&mut g.tx, &mut g.job, g.pd, qp, &w) {
+            Ok(()) => true,
+            Err(status) => {
+                g.job = None;
+                complete_and_fail(qp, &w, status)
             }
-            Err(status) => complete_and_fail(qp, &w, status),
         }
     }
 
@@ -432,25 +451,33 @@ impl Conn {
         }
     }
 
-    /// Starts the message for SQE `w` (a Send variant or an RDMA Write); on failure
-    /// returns the status to complete it with.
+    /// Starts the message for SQE `w` (a Send variant or an RDMA Write) as the job in
+    /// `job` (empty), built in place; on failure returns the status to complete it with
+    /// (`job` then holds a partial job to drop).
     fn start_sqe(
         tx: &mut DdpTx,
+        job: &mut Option<(JobKind, Payload)>,
         pd: PdId,
         qp: &QpRef<Device>,
         w: &SendWqe,
-    ) -> Result<(JobKind, Payload), WcStatus> {
-        let payload = match w.inline_data() {
-            Some(d) => Payload::inline(d.as_slice()),
-            None => Payload::Pieces {
-                list: local_pieces(pd, qp, w)?,
-                idx: 0,
-                off: 0,
-            },
-        };
+    ) -> Result<(), WcStatus> {
+        let (_, payload) = job.insert((JobKind::Sqe(*w), Payload::None));
+        match w.inline_data() {
+            Some(d) => *payload = Payload::inline(d.as_slice()),
+            None => {
+                *payload = Payload::Pieces {
+                    list: SgeList::new(),
+                    idx: 0,
+                    off: 0,
+                };
+                if let Payload::Pieces { list, .. } = payload {
+                    local_pieces(list, pd, qp, w)?;
+                }
+            }
+        }
         tx.start(sqe_message(w, payload.total_len())?)
-            .map_err(|_| WcStatus::LocQpOpErr)?;
-        Ok((JobKind::Sqe(*w), payload))
+            .map(|_| ())
+            .map_err(|_| WcStatus::LocQpOpErr)
     }
 
     /// Builds the next FPDU of the current message into `g.fpdu`.
@@ -460,7 +487,7 @@ impl Conn {
         };
         let zcopy = this.zcopy_tx && zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
-        let bufs = core::mem::replace(&mut g.spare, FpduBufs::new());
+        let bufs = g.spare.take().unwrap_or_else(FpduBufs::new);
         let mut sink = FpduSink::new(bufs, payload, 128.min(cap))?;
         let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
         let bufs = sink.finish()?;
@@ -532,11 +559,14 @@ fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, status: WcStatus) -> bool 
     false
 }
 
-/// The local SGEs of SQE `w` with payload, resolved to their memory regions; otherwise
-/// the status to complete it with.
-fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<ResolvedSge>, WcStatus> {
-    let mut list =
-        KVec::with_capacity(w.sges().len(), GFP_KERNEL).map_err(|_| WcStatus::GeneralErr)?;
+/// Resolves the local SGEs of SQE `w` with payload to their memory regions into `list`
+/// (empty); otherwise returns the status to complete it with.
+fn local_pieces(
+    list: &mut SgeList,
+    pd: PdId,
+    qp: &QpRef<Device>,
+    w: &SendWqe,
+) -> Result<(), WcStatus> {
     for s in w.sges() {
         if s.length == 0 {
             continue;
@@ -546,6 +576,7 @@ fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Resolv
             .stags
             .lookup(s.lkey, pd, 0, s.laddr, u64::from(s.length))
             .map_err(|_| WcStatus::LocProtErr)?;
+        // A send WQE has at most `MAX_SGE` SGEs (`decode_sqe`, kernel WRs alike).
         list.push(
             ResolvedSge {
                 mr,
@@ -556,7 +587,7 @@ fn local_pieces(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<KVec<Resolv
         )
         .map_err(|_| WcStatus::GeneralErr)?;
     }
-    Ok(list)
+    Ok(())
 }
 
 /// The Data Sink of RDMA Read SQE `w`: a single local SGE (RFC 5040 §4.4) granting local
@@ -581,28 +612,5 @@ fn read_sink(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> Result<ReadSink, WcSt
         stag: sge.lkey,
         to: sge.laddr,
         len: sge.length,
-    })
-}
-
-/// Resolves `len` octets at `to` of `stag` for a Read Response's payload.
-fn resolve_range(
-    qp: &QpRef<Device>,
-    pd: PdId,
-    stag: u32,
-    to: u64,
-    len: u32,
-    access: u32,
-) -> Result<Payload, TaggedCheck> {
-    let mr = qp
-        .device()
-        .stags
-        .lookup(stag, pd, access, to, u64::from(len))?;
-    let mut list = KVec::new();
-    list.push(ResolvedSge { mr, to, len }, GFP_KERNEL)
-        .map_err(|_| TaggedCheck::InvalidStag)?;
-    Ok(Payload::Pieces {
-        list,
-        idx: 0,
-        off: 0,
     })
 }

@@ -33,8 +33,9 @@ pub(super) struct FpduBufs {
     parts: KVec<Part>,
     /// Payload regions referenced by `parts` (kept alive until the FPDU is queued).
     hold: KVec<MrRef>,
-    /// Storage of the gather list the copying send builds.
-    iov: IoVecBuf,
+    /// Storage of the gather list the copying send builds (`None` before its first use
+    /// and while a send uses it).
+    iov: Option<IoVecBuf>,
 }
 
 impl FpduBufs {
@@ -44,7 +45,7 @@ impl FpduBufs {
             own: KVec::new(),
             parts: KVec::new(),
             hold: KVec::new(),
-            iov: IoVecBuf::new(),
+            iov: None,
         }
     }
 
@@ -141,7 +142,7 @@ impl TxFpdu {
     /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
     fn push_copied(&mut self, sock: &SockOps) -> Result<bool> {
-        let iov = core::mem::replace(&mut self.bufs.iov, IoVecBuf::new());
+        let iov = self.bufs.iov.take().unwrap_or_else(IoVecBuf::new);
         let mut io = IoList::new(iov, self.bufs.parts.len())?;
         let mut r = Ok(true);
         for p in self.bufs.parts.iter() {
@@ -166,7 +167,7 @@ impl TxFpdu {
                 Err(e) => Err(e),
             };
         }
-        self.bufs.iov = io.into_buf();
+        self.bufs.iov = Some(io.into_buf());
         r
     }
 }
