@@ -167,11 +167,7 @@ impl RxSide {
                 msg: RefCell::new(msg),
                 reads_out: RefCell::new(&mut *reads_out),
             };
-            let mut s = ChunkStream {
-                chunk,
-                pos: 0,
-                ctx: &ctx,
-            };
+            let mut s = ChunkStream::new(chunk, &ctx);
             session.handle_rx(&mut s, &mut RxMem(&ctx), &mut RxEv(&ctx), now)
         };
         let fpdus = session.decoder().mpa().fpdus().wrapping_sub(before);
@@ -247,11 +243,54 @@ impl RxCtx<'_> {
     }
 }
 
+/// Octets of a chunk [`ChunkStream`] copies at once for the decoder's small reads: the
+/// MPA, DDP and RDMAP headers of an FPDU, and its pad and CRC with the next FPDU's
+/// headers, come out of the socket buffer in one copy, not one per field.
+const WINDOW: usize = 64;
+
 /// The decoder's view of one socket buffer chunk.
 struct ChunkStream<'a, 'c, 'x> {
     chunk: &'a SkbChunk<'c>,
     pos: usize,
     ctx: &'a RxCtx<'x>,
+    /// A copy of `win_len` octets of the chunk from `win_at`.
+    win: [u8; WINDOW],
+    win_at: usize,
+    win_len: usize,
+}
+
+impl<'a, 'c, 'x> ChunkStream<'a, 'c, 'x> {
+    fn new(chunk: &'a SkbChunk<'c>, ctx: &'a RxCtx<'x>) -> Self {
+        Self {
+            chunk,
+            pos: 0,
+            ctx,
+            win: [0; WINDOW],
+            win_at: 0,
+            win_len: 0,
+        }
+    }
+
+    /// Copies `dst.len()` octets at the current position into `dst`, through the window
+    /// when they fit in it.
+    fn copy_out(&mut self, dst: &mut [u8]) -> Result {
+        let (pos, n) = (self.pos, dst.len());
+        if n > WINDOW {
+            return self.chunk.copy_to(pos, dst);
+        }
+        if pos < self.win_at || pos + n > self.win_at + self.win_len {
+            let len = self.chunk.len().saturating_sub(pos).min(WINDOW);
+            if len < n {
+                return Err(EFAULT);
+            }
+            self.chunk.copy_to(pos, &mut self.win[..len])?;
+            self.win_at = pos;
+            self.win_len = len;
+        }
+        let from = pos - self.win_at;
+        dst.copy_from_slice(&self.win[from..from + n]);
+        Ok(())
+    }
 }
 
 impl RxStream for ChunkStream<'_, '_, '_> {
@@ -261,7 +300,7 @@ impl RxStream for ChunkStream<'_, '_, '_> {
 
     fn take(&mut self, dst: &mut [u8], crc: Option<&mut u32>) {
         // The decoder never asks for more than `available()`.
-        if self.chunk.copy_to(self.pos, dst).is_err() {
+        if self.copy_out(dst).is_err() {
             dst.fill(0);
         }
         if let Some(c) = crc {
