@@ -20,7 +20,8 @@
 //! Receiving runs in the socket's data-ready callback (`rx`): `tcp_read_sock()` feeds the
 //! RX decoder, which places payload from the socket buffers straight into the target
 //! pages (one copy, nothing staged) and completes receives and Reads there. It wakes the
-//! transmit side only when that has new work (Read Requests, completed Reads, TERMINATE).
+//! transmit side only when that has new work (Read Requests, a completed Read the SQ head
+//! waits for, TERMINATE).
 //!
 //! Transmitting (`tx`) runs in the connection's work item (process context, serialised
 //! by the connection mutex): the write-space and state-change callbacks and kernel

@@ -317,7 +317,10 @@ impl Harness {
         let completed = self.outstanding.len() - self.session.reads_outstanding();
         if completed > 0 && self.head_waiting {
             // The shell sends nothing until woken: a missed wake-up stalls the SQ.
-            assert!(wake, "a Read completed while the SQ head waited, without a wake-up");
+            assert!(
+                wake,
+                "a Read completed while the SQ head waited, without a wake-up"
+            );
         }
         if completed > 0 && wake {
             self.head_waiting = false;
