@@ -471,8 +471,8 @@ def qp_count():
     return len(re.findall(r"\blqpn \d+", sh("rdma res show qp", check=False).stdout))
 
 
-CYCLES = 10000 if SOAK else 300
-"""rdma_cm connect/accept/disconnect cycles of the load test."""
+CYCLES = int(os.environ.get("RSIW_CYCLES") or (10000 if SOAK else 300))
+"""rdma_cm connect/accept/disconnect cycles of the load test (RSIW_CYCLES sets them)."""
 HELD = 500 if SOAK else 100
 """Connections the load test holds open at once (two QPs each)."""
 SLAB_MARGIN_KIB = 1024
