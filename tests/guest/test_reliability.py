@@ -374,6 +374,21 @@ Writes (ib_write_bw), SQ, RQ and CQs with Sends, Reads and Writes (rping). `make
 runs the first, `make soak` all three."""
 
 
+STALL_S = 10
+"""Seconds without CPU time after which a scribbled program counts as blocked."""
+
+
+def cpu_ticks(pid):
+    """User plus system CPU time of process `pid` and its threads (clock ticks), or None
+    once it is gone (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def qp_states(pids):
     """{pid: [state of each of its QPs]} from `rdma res show qp`."""
     states = {p: [] for p in pids}
@@ -392,7 +407,8 @@ def test_scribbled_rings_fail_only_their_own_qps(two_rsiw, procs, tmp_path, vict
     CQ arm word overwritten) for 20 s (120 s in soak), and meanwhile a well-behaved
     rping -V runs between the same devices. Only the scribbled programs' QPs fail:
     the other rping verifies every ping; the scribbling hurt its victims (a QP left RTS,
-    or a program exited); once the victims are killed their QPs are gone, and KASAN,
+    a program exited, or one blocked for good: rping waiting for a completion its own
+    scribbled CQ lost); once the victims are killed their QPs are gone, and KASAN,
     lockdep and kmemleak stay quiet (the autouse checks)."""
     two_rsiw()
     tool, extra = SCRIBBLED[victim]
@@ -414,14 +430,27 @@ def test_scribbled_rings_fail_only_their_own_qps(two_rsiw, procs, tmp_path, vict
     writes = json.loads(scr.output().strip().splitlines()[-1])["writes"]
     assert sum(writes.values()) > 0, f"nothing was written: {scr.output()}"
 
+    progress = {}
+
+    def stalled(pid):
+        # No CPU time used for STALL_S seconds: blocked for good, e.g. waiting for a
+        # completion its scribbled CQ lost (a program that posts again meets the
+        # scribbler's last sweep and fails its QP instead).
+        now, ticks = time.monotonic(), cpu_ticks(pid)
+        since = progress.setdefault(pid, (now, ticks))
+        if ticks is None or ticks != since[1]:
+            progress[pid] = (now, ticks)
+            return False
+        return now - since[0] >= STALL_S
+
     def hurt():
         return any(b.p.poll() is not None for b in (vsrv, vcli)) or \
-            any(st != "RTS" for sts in qp_states(victims).values() for st in sts)
-    # The scribbler's last sweep leaves no SQ slot a program could post into.
-    wait_for(hurt, timeout=T_CLIENT, what="a scribbled program failing (a QP out of RTS or "
-             "the program gone)")
+            any(st != "RTS" for sts in qp_states(victims).values() for st in sts) or \
+            any(stalled(pid) for pid in victims)
+    wait_for(hurt, timeout=T_CLIENT, what="a scribbled program failing (a QP out of RTS, "
+             "the program gone or blocked)")
     print(f"victims: exit statuses {[b.p.poll() for b in (vsrv, vcli)]}, QP states "
-          f"{qp_states(victims)}")
+          f"{qp_states(victims)}, blocked {[stalled(pid) for pid in victims]}")
     for b in (vsrv, vcli):
         b.kill()
     wait_for(lambda: not any(qp_states(victims).values()), timeout=T_CLIENT,
