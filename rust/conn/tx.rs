@@ -53,6 +53,20 @@ impl Payload {
         }
     }
 
+    /// Makes this payload an empty SGE list, in place (a job's payload is filled where it
+    /// stays), and returns the list (always `Some`).
+    fn set_pieces(&mut self) -> Option<&mut SgeList> {
+        *self = Payload::Pieces {
+            list: SgeList::new(),
+            idx: 0,
+            off: 0,
+        };
+        match self {
+            Payload::Pieces { list, .. } => Some(list),
+            _ => None,
+        }
+    }
+
     /// The payload's length in octets.
     fn total_len(&self) -> u32 {
         match self {
@@ -292,12 +306,7 @@ impl Conn {
         let started = Self::start_message(this, g, resp, JobKind::ReadResponse, Payload::None);
         // The payload goes into the job in place.
         if let (Some(mr), Some((JobKind::ReadResponse, p))) = (mr, g.job.as_mut()) {
-            *p = Payload::Pieces {
-                list: SgeList::new(),
-                idx: 0,
-                off: 0,
-            };
-            if let Payload::Pieces { list, .. } = p {
+            if let Some(list) = p.set_pieces() {
                 // The list is empty: never fails.
                 let _ = list.push(
                     ResolvedSge {
@@ -465,12 +474,7 @@ impl Conn {
         match w.inline_data() {
             Some(d) => *payload = Payload::inline(d.as_slice()),
             None => {
-                *payload = Payload::Pieces {
-                    list: SgeList::new(),
-                    idx: 0,
-                    off: 0,
-                };
-                if let Payload::Pieces { list, .. } = payload {
+                if let Some(list) = payload.set_pieces() {
                     local_pieces(list, pd, qp, w)?;
                 }
             }
