@@ -439,10 +439,9 @@ impl DdpTx {
             sent: 0,
             header_len: 0,
         };
-        let mut buf = [0u8; MAX_HEADER_LEN];
-        let header_len = header_for(&cur, true)
-            .emit_into(&mut buf, self.cfg)
-            .map_err(StartError::Header)?;
+        let header = header_for(&cur, true);
+        header.validate(self.cfg).map_err(StartError::Header)?;
+        let header_len = header.buffer_len();
         if let Some(q) = qn {
             self.set_next_msn(q, msn.wrapping_add(1));
         }
@@ -503,14 +502,15 @@ impl DdpTx {
         let (cur, chunk) = self.plan()?;
         let sent_after = cur.sent.saturating_add(chunk);
         let last = sent_after >= cur.msg.payload_len();
-        let mut buf = [0u8; MAX_HEADER_LEN];
+        // ULPDU_Length, then the header (MPA fills in the length).
+        let mut buf = [0u8; 2 + MAX_HEADER_LEN];
         let n = header_for(&cur, last)
-            .emit_into(&mut buf, self.cfg)
+            .emit_into(buf.get_mut(2..).unwrap_or(&mut []), self.cfg)
             .map_err(NextError::Header)?;
-        let header = buf.get(..n).unwrap_or(&[]);
+        let framed = buf.get_mut(..2 + n).unwrap_or(&mut []);
         let wire_len = self
             .mpa
-            .send(sink, header, chunk as usize)
+            .send_framed(sink, framed, chunk as usize)
             .map_err(NextError::Mpa)?;
         self.fpdus = self.fpdus.wrapping_add(1);
         self.octets = self.octets.wrapping_add(wire_len as u64);

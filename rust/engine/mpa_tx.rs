@@ -152,6 +152,57 @@ impl MpaTx {
         fpdu_wire_len(self.cfg.markers, self.pos, ulpdu_len)
     }
 
+    /// Writes one FPDU carrying the ULPDU `framed[2..]` (its header) ‖ (`payload_len`
+    /// payload octets, which the sink supplies), as [`MpaTx::send`] does. `framed[..2]` is
+    /// room for ULPDU_Length, which this fills in (network order): when no marker falls
+    /// inside the FPDU (markers off, or the next 512-octet position lies beyond it), length
+    /// and header then reach the sink in one [`TxSink::bytes`] call. Returns the octets
+    /// written.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::TooLong`] if the ULPDU exceeds MULPDU (or 64768) or `framed` is shorter
+    /// than 2 octets (`len` 0 then). Nothing was written.
+    pub fn send_framed<K: TxSink>(
+        &mut self,
+        sink: &mut K,
+        framed: &mut [u8],
+        payload_len: usize,
+    ) -> Result<usize, TxError> {
+        let limit = self.cfg.mulpdu.min(MULPDU_MAX);
+        let Some((len_field, header)) = framed.split_first_chunk_mut::<2>() else {
+            return Err(TxError::TooLong {
+                len: 0,
+                mulpdu: limit,
+            });
+        };
+        let len = header.len().saturating_add(payload_len);
+        let ulpdu_len = match u16::try_from(len) {
+            Ok(l) if l <= limit => l,
+            _ => return Err(TxError::TooLong { len, mulpdu: limit }),
+        };
+        let wire_len = fpdu_wire_len(self.cfg.markers, self.pos, ulpdu_len);
+        if self.cfg.markers && wire_len != fpdu_wire_len(false, self.pos, ulpdu_len) {
+            return self.send(sink, header, payload_len);
+        }
+        *len_field = ulpdu_len.to_be_bytes();
+        let mut crc = self.cfg.crc.then_some(CRC32C_SEED);
+        sink.bytes(framed, crc.as_mut());
+        if payload_len > 0 {
+            sink.payload(payload_len, crc.as_mut());
+        }
+        let pad = [0u8; 3];
+        let pad = pad.get(..pad_len(len)).unwrap_or(&[]);
+        if !pad.is_empty() {
+            sink.bytes(pad, crc.as_mut());
+        }
+        let trailer = crc.map_or([0; 4], |running| finish(running).to_le_bytes());
+        sink.bytes(&trailer, None);
+        // wire_len <= 2 + 64768 + 3 + 4 + markers.
+        self.pos = self.pos.wrapping_add(wire_len as u32);
+        Ok(wire_len)
+    }
+
     /// Writes one FPDU carrying the ULPDU `header` ‖ (`payload_len` payload octets, which the
     /// sink supplies). Markers are inserted wherever the stream reaches a 512-octet position,
     /// also inside `header` or the payload (splitting the payload into several

@@ -505,14 +505,21 @@ impl UlpduHeader {
         }
     }
 
-    /// Checks that the header would parse back unchanged on a connection with `cfg`.
+    /// Checks that the header would parse back unchanged on a connection with `cfg`, so
+    /// that [`UlpduHeader::emit_into`] into a buffer of [`UlpduHeader::buffer_len`] octets
+    /// succeeds.
     ///
     /// # Errors
     ///
-    /// [`EmitError::Opcode`] or [`EmitError::Inconsistent`].
+    /// [`EmitError::Opcode`], [`EmitError::Inconsistent`] or [`EmitError::EtypeRange`].
     pub fn validate(&self, cfg: Config) -> Result<(), EmitError> {
         if !cfg.allows(self.opcode) {
             return Err(EmitError::Opcode(self.opcode));
+        }
+        if let RdmapHeader::Terminate(t) = &self.rdmap {
+            if t.cause.etype > 0x0F {
+                return Err(EmitError::EtypeRange);
+            }
         }
         let ok_placement = match self.placement {
             Placement::Tagged { .. } => self.opcode.is_tagged(),

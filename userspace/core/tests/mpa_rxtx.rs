@@ -145,6 +145,15 @@ fn tx_rejects_ulpdu_above_mulpdu() {
             mulpdu: 64768
         })
     );
+    let mut sink = VecTx::default();
+    assert_eq!(
+        tx.send_framed(&mut sink, &mut [0u8; 1], 0),
+        Err(TxError::TooLong {
+            len: 0,
+            mulpdu: 64768
+        })
+    );
+    assert!(sink.out.is_empty());
     assert!(MpaTx::at_stream_offset(txc(true, true), 2).is_none());
     assert!(MpaRx::at_stream_offset(rxc(true, true), 6).is_none());
 }
@@ -456,6 +465,40 @@ proptest! {
         let mut rx = MpaRx::at_stream_offset(rxc(markers, crc), off).unwrap();
         feed_chunked(&mut rx, &wire, &vec![1; wire.len()], &mut ones).unwrap();
         prop_assert_eq!(&ones.events, &whole.events);
+    }
+
+    /// `send_framed` (length and header handed over in one buffer) writes the same octets,
+    /// in the same payload pieces, and moves the stream position as `send` does, markers
+    /// inside the FPDU or not; a ULPDU above MULPDU is refused alike, writing nothing.
+    #[test]
+    fn send_framed_matches_send(
+        ulpdus in arb_ulpdus(),
+        markers in any::<bool>(),
+        crc in any::<bool>(),
+        phase in 0u32..128,
+        high in any::<bool>(),
+        mulpdu in 16u16..2000,
+    ) {
+        let off = if high { 0u32.wrapping_sub(4096) + phase * 4 } else { phase * 4 };
+        let cfg = TxConfig { mulpdu, ..txc(markers, crc) };
+        let mut a = MpaTx::at_stream_offset(cfg, off).unwrap();
+        let mut b = MpaTx::at_stream_offset(cfg, off).unwrap();
+        for u in &ulpdus {
+            let h = u.len().min(14);
+            let mut sa = VecTx::with_payload(&u[h..]);
+            let ra = a.send(&mut sa, &u[..h], u.len() - h);
+            let mut framed = vec![0xa5u8; 2];
+            framed.extend_from_slice(&u[..h]);
+            let mut sb = VecTx::with_payload(&u[h..]);
+            let rb = b.send_framed(&mut sb, &mut framed, u.len() - h);
+            prop_assert_eq!(ra, rb);
+            prop_assert_eq!(&sa.out, &sb.out);
+            prop_assert_eq!(&sa.payload_calls, &sb.payload_calls);
+            prop_assert_eq!(a.stream_pos(), b.stream_pos());
+            if rb.is_err() {
+                prop_assert!(sb.out.is_empty());
+            }
+        }
     }
 
     /// Any single bit flip in a CRC-protected stream is detected (error 2 or, when the flip
