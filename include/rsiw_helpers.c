@@ -190,6 +190,11 @@ void rsiw_umem_release_async(struct rsiw_umem_release *r)
 	queue_work(rsiw_wq, &r->work);
 }
 
+void rsiw_copy_kva(void *dst, const void *src, size_t len)
+{
+	memcpy(dst, src, len);
+}
+
 u64 rsiw_sg_dma_address(const struct scatterlist *sg)
 {
 	return sg_dma_address(sg);

@@ -132,6 +132,10 @@ struct rsiw_umem_release;
 struct rsiw_umem_release *rsiw_umem_release_prepare(struct ib_umem *umem);
 void rsiw_umem_release_async(struct rsiw_umem_release *r);
 
+/* memcpy() of @len octets from @src, a kernel mapping of registered memory (which user
+ * space may change meanwhile), to @dst. */
+void rsiw_copy_kva(void *dst, const void *src, size_t len);
+
 /* sg_dma_address(), sg_dma_len(), sg_next() */
 u64 rsiw_sg_dma_address(const struct scatterlist *sg);
 unsigned int rsiw_sg_dma_len(const struct scatterlist *sg);

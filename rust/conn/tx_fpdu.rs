@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! One outgoing FPDU: what the protocol core's TX builder writes for it collected in its
-//! buffers ([`FpduSink`]: the octets the builder made, the payload as memory ranges), and
-//! handed to TCP ([`TxFpdu`]), copied or by page reference.
+//! buffers ([`FpduSink`]: the octets the builder made, the payload as memory ranges or,
+//! when small, copied next to them), and handed to TCP ([`TxFpdu`]), copied or by page
+//! reference.
 
 use super::tx::Payload;
 use crate::engine::stream::TxSink;
 use crate::limits::MAX_INLINE;
 use crate::stag::MrRef;
-use crate::sys::mem::kmem::{crc32c_kva, IoList, IoVecBuf, Kva};
+use crate::sys::mem::kmem::{copy_from_kva, crc32c_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::SockOps;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -27,7 +28,8 @@ pub(super) struct TxFpdu {
 /// ([`super::Inner::spare`]) for the next, so that building and sending an FPDU allocates
 /// nothing once they have grown to the connection's usual FPDU shape.
 pub(super) struct FpduBufs {
-    /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC).
+    /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC) and small
+    /// payload copied from registered memory.
     own: KVec<u8>,
     /// The FPDU in stream order: pieces of `own` and payload ranges.
     parts: KVec<Part>,
@@ -47,6 +49,30 @@ impl FpduBufs {
             hold: KVec::new(),
             iov: None,
         }
+    }
+
+    /// Appends `range` to the FPDU's own octets (a copy), folding the copy into `crc`.
+    fn push_copy(&mut self, range: &Kva, crc: Option<&mut u32>) -> Result {
+        let off = self.own.len();
+        let n = usize::try_from(range.len()).map_err(|_| EINVAL)?;
+        self.own.resize(off + n, 0, GFP_KERNEL)?;
+        let copy = &mut self.own[off..];
+        copy_from_kva(range, copy);
+        if let Some(c) = crc {
+            *c = crate::sys::crc32c(*c, copy);
+        }
+        self.own_part(off, n)
+    }
+
+    /// Adds `own[off..off + n]`, just appended, to the FPDU: the last part grows if it is
+    /// of the own octets too.
+    fn own_part(&mut self, off: usize, n: usize) -> Result {
+        if let Some(Part::Own { len, .. }) = self.parts.last_mut() {
+            *len += n;
+            return Ok(());
+        }
+        self.parts.push(Part::Own { off, len: n }, GFP_KERNEL)?;
+        Ok(())
     }
 
     /// Empties the buffers, keeping their capacity; drops the region references.
@@ -172,6 +198,11 @@ impl TxFpdu {
     }
 }
 
+/// Payload of at most this many octets in one FPDU (octets) is copied into the FPDU's own
+/// buffer, next to its header, rather than referenced: the FPDU then goes to TCP as one
+/// buffer, which costs less than gathering a few octets from registered memory.
+const COPY_MAX: usize = 64;
+
 /// Collects one FPDU as the TX builder writes it.
 pub(super) struct FpduSink<'a> {
     bufs: FpduBufs,
@@ -206,18 +237,7 @@ impl<'a> FpduSink<'a> {
     fn push_own(&mut self, data: &[u8]) -> Result {
         let off = self.bufs.own.len();
         self.bufs.own.extend_from_slice(data, GFP_KERNEL)?;
-        if let Some(Part::Own { len, .. }) = self.bufs.parts.last_mut() {
-            *len += data.len();
-            return Ok(());
-        }
-        self.bufs.parts.push(
-            Part::Own {
-                off,
-                len: data.len(),
-            },
-            GFP_KERNEL,
-        )?;
-        Ok(())
+        self.bufs.own_part(off, data.len())
     }
 
     fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
@@ -237,18 +257,23 @@ impl<'a> FpduSink<'a> {
                 self.push_own(&data.0[..data.1])
             }
             Payload::Pieces { list, idx, off } => {
+                let copy = len <= COPY_MAX;
                 while len > 0 {
                     let p = list.get(*idx).ok_or(EINVAL)?;
                     let seg = p.mr.resolve(p.to + u64::from(*off)).ok_or(EFAULT)?;
                     let left = u64::from(p.len - *off);
                     let n = seg.len().min(left).min(len as u64);
                     let piece = seg.prefix(n);
-                    if let Some(c) = crc.as_deref_mut() {
-                        *c = crc32c_kva(*c, &piece);
-                    }
-                    self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
-                    if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
-                        self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                    if copy {
+                        self.bufs.push_copy(&piece, crc.as_deref_mut())?;
+                    } else {
+                        if let Some(c) = crc.as_deref_mut() {
+                            *c = crc32c_kva(*c, &piece);
+                        }
+                        self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                        if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
+                            self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                        }
                     }
                     *off += n as u32;
                     len -= n as usize;

@@ -2,7 +2,8 @@
 
 //! Kernel-mapped ranges of registered memory, as the transport moves payload through them:
 //! gathered into socket sends ([`IoList`]), filled from socket buffers
-//! ([`crate::sys::net::socket::SkbChunk::copy_to_kva`]) and folded into CRC32c ([`crc32c_kva`]).
+//! ([`crate::sys::net::socket::SkbChunk::copy_to_kva`]), copied out when small
+//! ([`copy_from_kva`]) and folded into CRC32c ([`crc32c_kva`]).
 //!
 //! Payload memory is never seen as a Rust slice: user space may change it at any time
 //! (RFC 5040 leaves the content of a buffer under transfer undefined), so it is only ever
@@ -108,6 +109,24 @@ pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
     };
     // SAFETY: the range is mapped kernel memory (type invariant); crc32c only reads it.
     unsafe { b::crc32c(crc, range.kva as usize as *const c_void, len) }
+}
+
+/// Copies the first `dst.len()` octets of `range` (at most its length) into `dst`
+/// (kernel `memcpy()`); returns the octets copied. What user space writes to the memory
+/// meanwhile may or may not be seen, as RFC 5040 allows for a buffer under transfer.
+pub(crate) fn copy_from_kva(range: &Kva, dst: &mut [u8]) -> usize {
+    let n = usize::try_from(range.len).map_or(dst.len(), |l| l.min(dst.len()));
+    // SAFETY: the range is mapped kernel memory (type invariant) of at least `n` octets,
+    // `dst` is valid for `n` octets of writes, and the two do not overlap (`dst` is
+    // rsiw's own buffer, never registered memory).
+    unsafe {
+        b::rsiw_copy_kva(
+            dst.as_mut_ptr().cast(),
+            range.kva as usize as *const c_void,
+            n,
+        )
+    };
+    n
 }
 
 use kernel::ffi::c_void;
