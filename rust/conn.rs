@@ -64,6 +64,7 @@ use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
 use crate::settings::Snapshot;
 use crate::stag::MrRef;
+use crate::sys::bhlock::{new_spinlock_bh, SpinLockBh};
 use crate::sys::ibdev::{QpRef, ResAttrs};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
 use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockLock, SockRef, Socket};
@@ -77,7 +78,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::alloc::Flags;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
-use kernel::sync::{new_mutex, new_spinlock_irq, Arc, ArcBorrow, Mutex, SpinLockIrq};
+use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
 use kernel::time::hrtimer::{
     HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeMode,
 };
@@ -273,7 +274,7 @@ pub(crate) struct Conn {
     inner: Mutex<Inner>,
     /// The receive half (`rx`), taken by the socket's data-ready callback.
     #[pin]
-    rx: SpinLockIrq<RxSide>,
+    rx: SpinLockBh<RxSide>,
     #[pin]
     work: Work<Conn>,
     /// Serves the session's deadline ([`Inner::timer`]).
@@ -450,7 +451,7 @@ impl Conn {
                     drained: false,
                     closed: false,
                 }),
-                rx <- new_spinlock_irq!(RxSide {
+                rx <- new_spinlock_bh!(RxSide {
                     qp: Some(rx_qp),
                     pd,
                     // Started by `establish`.

@@ -7,7 +7,8 @@
 //! It runs in the socket's data-ready callback ([`Conn::receive`] with [`SockLock::Held`]): in
 //! softirq, or in the process context of whoever releases the socket lock (TCP then processes its
 //! backlog), and from the work item (which locks the socket) for data that arrived before the
-//! callback was attached. Its state, [`RxSide`], sits under a spinlock that disables interrupts,
+//! callback was attached. Its state, [`RxSide`], sits under a spinlock held with softirqs off
+//! ([`crate::sys::bhlock::SpinLockBh`]: interrupts stay on while payload is copied under it),
 //! taken per socket buffer chunk: never held across a call into the socket layer by the transmit
 //! half, which takes it briefly for what the two share. Nothing here sleeps or allocates with
 //! `GFP_KERNEL`.

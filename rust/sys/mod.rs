@@ -40,6 +40,7 @@ pub(crate) mod bindings {
     include!("bindings_generated.rs");
 }
 
+pub(crate) mod bhlock;
 pub(crate) mod ibdev;
 pub(crate) mod idtable;
 pub(crate) mod iwcm;
