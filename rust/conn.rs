@@ -239,10 +239,10 @@ struct Inner {
     /// armed timer.
     timer: Option<(u64, Armed<Conn>)>,
     job: Option<(JobKind, Payload)>,
+    /// The FPDU being handed to TCP, collected in `bufs`.
     fpdu: Option<TxFpdu>,
-    /// The buffers of the last FPDU sent, for the next one (`None` before the first and
-    /// while an FPDU holds them).
-    spare: Option<FpduBufs>,
+    /// The buffers of the FPDU being sent, empty between FPDUs.
+    bufs: FpduBufs,
     /// The work item read what arrived before the data-ready callback was attached; from
     /// then on the callback reads everything.
     drained: bool,
@@ -447,7 +447,7 @@ impl Conn {
                     timer: None,
                     job: None,
                     fpdu: None,
-                    spare: None,
+                    bufs: FpduBufs::new(),
                     drained: false,
                     closed: false,
                 }),
@@ -633,6 +633,7 @@ impl Conn {
         }
         g.job = None;
         g.fpdu = None;
+        g.bufs.clear();
         drop(qp);
         drop(rx_qp);
     }

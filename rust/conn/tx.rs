@@ -4,7 +4,7 @@
 //! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP ([`TxFpdu`]),
 //! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
-use super::tx_fpdu::{FpduBufs, FpduSink, TxFpdu};
+use super::tx_fpdu::{FpduSink, TxFpdu};
 use super::{Conn, Inner, Reason, ResolvedSge, SgeList};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
@@ -180,7 +180,7 @@ impl Conn {
             return Err(ENOTCONN);
         };
         let mut spliced = 0;
-        let r = f.push(sock, &mut spliced);
+        let r = f.push(&mut g.bufs, sock, &mut spliced);
         if spliced != 0 {
             if let Some(qp) = g.qp.as_ref() {
                 qp.device().count(Stat::TxSplicedOctets, spliced as u64);
@@ -190,9 +190,8 @@ impl Conn {
             return Ok(false);
         }
         let (last, wire_len) = (f.last(), f.wire_len());
-        if let Some(f) = g.fpdu.take() {
-            g.spare = Some(f.recycle());
-        }
+        g.fpdu = None;
+        g.bufs.clear();
         this.tx_fpdus.fetch_add(1, Ordering::Relaxed);
         this.tx_octets.fetch_add(wire_len as u64, Ordering::Relaxed);
         if let Some(qp) = g.qp.as_ref() {
@@ -491,15 +490,15 @@ impl Conn {
         };
         let zcopy = this.zcopy_tx && zero_copy(kind, payload);
         let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
-        let bufs = g.spare.take().unwrap_or_else(FpduBufs::new);
-        let mut sink = FpduSink::new(bufs, payload, 128.min(cap))?;
+        g.bufs.clear();
+        let mut sink = FpduSink::new(&mut g.bufs, payload, 128.min(cap))?;
         let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
-        let bufs = sink.finish()?;
+        sink.finish()?;
         if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().session.read_response_sent();
         }
-        g.fpdu = Some(TxFpdu::new(bufs, info.wire_len, info.last, zcopy));
+        g.fpdu = Some(TxFpdu::new(info.wire_len, info.last, zcopy));
         Ok(())
     }
 }

@@ -7,16 +7,15 @@
 
 use super::tx::Payload;
 use crate::engine::stream::TxSink;
-use crate::limits::MAX_INLINE;
 use crate::stag::MrRef;
-use crate::sys::mem::kmem::{copy_from_kva, crc32c_kva, IoList, IoVecBuf, Kva};
+use crate::sys::mem::kmem::{crc32c_kva, extend_bytes, extend_from_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::SockOps;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// One FPDU being handed to TCP: engine octets in `bufs.own`, payload as memory ranges.
+/// One FPDU being handed to TCP, collected in the connection's [`FpduBufs`]: how long it
+/// is and how much of it TCP took.
 pub(super) struct TxFpdu {
-    bufs: FpduBufs,
     len: usize,
     sent: usize,
     last: bool,
@@ -24,9 +23,9 @@ pub(super) struct TxFpdu {
     zcopy: bool,
 }
 
-/// The buffers of one FPDU. A connection keeps those of the FPDU it sent last
-/// ([`super::Inner::spare`]) for the next, so that building and sending an FPDU allocates
-/// nothing once they have grown to the connection's usual FPDU shape.
+/// The buffers of one FPDU. A connection keeps one set ([`super::Inner::bufs`]), emptied
+/// in place after each FPDU, so that building and sending an FPDU allocates nothing once
+/// they have grown to the connection's usual FPDU shape.
 pub(super) struct FpduBufs {
     /// Octets the TX builder wrote (header, inline payload, markers, pad, CRC) and small
     /// payload copied from registered memory.
@@ -51,16 +50,21 @@ impl FpduBufs {
         }
     }
 
+    /// Appends `data` to the FPDU's own octets.
+    fn push_own(&mut self, data: &[u8]) -> Result {
+        let off = self.own.len();
+        extend_bytes(&mut self.own, data)?;
+        self.own_part(off, data.len())
+    }
+
     /// Appends `range` to the FPDU's own octets (a copy), folding the copy into `crc`.
     fn push_copy(&mut self, range: &Kva, crc: Option<&mut u32>) -> Result {
         let off = self.own.len();
-        let n = usize::try_from(range.len()).map_err(|_| EINVAL)?;
-        self.own.resize(off + n, 0, GFP_KERNEL)?;
-        let copy = &mut self.own[off..];
-        copy_from_kva(range, copy);
+        let copy = extend_from_kva(&mut self.own, range)?;
         if let Some(c) = crc {
             *c = crate::sys::crc32c(*c, copy);
         }
+        let n = copy.len();
         self.own_part(off, n)
     }
 
@@ -76,11 +80,10 @@ impl FpduBufs {
     }
 
     /// Empties the buffers, keeping their capacity; drops the region references.
-    fn recycle(mut self) -> Self {
+    pub(super) fn clear(&mut self) {
         self.own.clear();
         self.parts.clear();
         self.hold.clear();
-        self
     }
 }
 
@@ -90,11 +93,10 @@ enum Part {
 }
 
 impl TxFpdu {
-    /// The FPDU collected in `bufs`, `len` octets on the wire, nothing of it sent yet;
-    /// `last` if it ends its message, `zcopy` if its payload pages go to TCP by reference.
-    pub(super) fn new(bufs: FpduBufs, len: usize, last: bool, zcopy: bool) -> Self {
+    /// An FPDU of `len` octets on the wire, nothing of it sent yet; `last` if it ends its
+    /// message, `zcopy` if its payload pages go to TCP by reference.
+    pub(super) fn new(len: usize, last: bool, zcopy: bool) -> Self {
         Self {
-            bufs,
             len,
             sent: 0,
             last,
@@ -112,19 +114,19 @@ impl TxFpdu {
         self.len
     }
 
-    /// The FPDU's buffers, emptied for the next one.
-    pub(super) fn recycle(self) -> FpduBufs {
-        self.bufs.recycle()
-    }
-
-    /// Sends what is left of the FPDU, spliced or copied as it was built for; adds the
-    /// octets TCP took by reference to `spliced`. Returns `Ok(true)` once all of it is
-    /// queued, `Ok(false)` when the send buffer is full.
-    pub(super) fn push(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+    /// Sends what is left of the FPDU, collected in `bufs`, spliced or copied as it was
+    /// built for; adds the octets TCP took by reference to `spliced`. Returns `Ok(true)`
+    /// once all of it is queued, `Ok(false)` when the send buffer is full.
+    pub(super) fn push(
+        &mut self,
+        bufs: &mut FpduBufs,
+        sock: &SockOps,
+        spliced: &mut usize,
+    ) -> Result<bool> {
         if self.zcopy {
-            self.push_spliced(sock, spliced)
+            self.push_spliced(bufs, sock, spliced)
         } else {
-            self.push_copied(sock)
+            self.push_copied(bufs, sock)
         }
     }
 
@@ -132,9 +134,14 @@ impl TxFpdu {
     /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
     /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
     /// when the send buffer is full.
-    fn push_spliced(&mut self, sock: &SockOps, spliced: &mut usize) -> Result<bool> {
+    fn push_spliced(
+        &mut self,
+        bufs: &FpduBufs,
+        sock: &SockOps,
+        spliced: &mut usize,
+    ) -> Result<bool> {
         let mut start = 0usize;
-        for p in self.bufs.parts.iter() {
+        for p in bufs.parts.iter() {
             let plen = match p {
                 Part::Own { len, .. } => *len,
                 Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
@@ -144,9 +151,7 @@ impl TxFpdu {
                 let skip = self.sent - start;
                 let more = !self.last || end < self.len;
                 let r = match p {
-                    Part::Own { off, .. } => {
-                        sock.send(&[&self.bufs.own[off + skip..off + plen]], more)
-                    }
+                    Part::Own { off, .. } => sock.send(&[&bufs.own[off + skip..off + plen]], more),
                     Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
                         *spliced += z;
                         n
@@ -167,13 +172,13 @@ impl TxFpdu {
     /// Sends what is left of the FPDU as one gather list of its parts, all of them
     /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
-    fn push_copied(&mut self, sock: &SockOps) -> Result<bool> {
-        let iov = self.bufs.iov.take().unwrap_or_else(IoVecBuf::new);
-        let mut io = IoList::new(iov, self.bufs.parts.len())?;
+    fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &SockOps) -> Result<bool> {
+        let iov = bufs.iov.take().unwrap_or_else(IoVecBuf::new);
+        let mut io = IoList::new(iov, bufs.parts.len())?;
         let mut r = Ok(true);
-        for p in self.bufs.parts.iter() {
+        for p in bufs.parts.iter() {
             r = match p {
-                Part::Own { off, len } => io.push_bytes(&self.bufs.own[*off..*off + *len]),
+                Part::Own { off, len } => io.push_bytes(&bufs.own[*off..*off + *len]),
                 Part::Mem(k) => io.push_kva(*k),
             }
             .map(|()| true);
@@ -193,7 +198,7 @@ impl TxFpdu {
                 Err(e) => Err(e),
             };
         }
-        self.bufs.iov = Some(io.into_buf());
+        bufs.iov = Some(io.into_buf());
         r
     }
 }
@@ -205,16 +210,16 @@ const COPY_MAX: usize = 64;
 
 /// Collects one FPDU as the TX builder writes it.
 pub(super) struct FpduSink<'a> {
-    bufs: FpduBufs,
+    bufs: &'a mut FpduBufs,
     payload: &'a mut Payload,
     err: Option<Error>,
 }
 
 impl<'a> FpduSink<'a> {
-    /// Collects into `bufs` (grown to hold `reserve` octets of its own at least) an FPDU
-    /// whose payload comes from `payload`.
+    /// Collects into `bufs` (empty, grown to hold `reserve` octets of its own at least) an
+    /// FPDU whose payload comes from `payload`.
     pub(super) fn new(
-        mut bufs: FpduBufs,
+        bufs: &'a mut FpduBufs,
         payload: &'a mut Payload,
         reserve: usize,
     ) -> Result<Self> {
@@ -226,18 +231,12 @@ impl<'a> FpduSink<'a> {
         })
     }
 
-    /// The collected FPDU's buffers, or the first error collecting it met.
-    pub(super) fn finish(self) -> Result<FpduBufs> {
+    /// The first error collecting the FPDU met, if any.
+    pub(super) fn finish(self) -> Result {
         match self.err {
             Some(e) => Err(e),
-            None => Ok(self.bufs),
+            None => Ok(()),
         }
-    }
-
-    fn push_own(&mut self, data: &[u8]) -> Result {
-        let off = self.bufs.own.len();
-        self.bufs.own.extend_from_slice(data, GFP_KERNEL)?;
-        self.bufs.own_part(off, data.len())
     }
 
     fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
@@ -249,12 +248,12 @@ impl<'a> FpduSink<'a> {
                 off,
             } => {
                 let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
-                let data = buf[*off..end].to_owned_array();
+                let data = buf.get(*off..end).ok_or(EINVAL)?;
                 *off = end;
                 if let Some(c) = crc {
-                    *c = crate::sys::crc32c(*c, &data.0[..data.1]);
+                    *c = crate::sys::crc32c(*c, data);
                 }
-                self.push_own(&data.0[..data.1])
+                self.bufs.push_own(data)
             }
             Payload::Pieces { list, idx, off } => {
                 let copy = len <= COPY_MAX;
@@ -288,27 +287,12 @@ impl<'a> FpduSink<'a> {
     }
 }
 
-/// A copy of up to [`MAX_INLINE`] octets (inline payload moves through the FPDU's own
-/// buffer).
-trait ToOwnedArray {
-    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize);
-}
-
-impl ToOwnedArray for [u8] {
-    fn to_owned_array(&self) -> ([u8; MAX_INLINE as usize], usize) {
-        let mut a = [0u8; MAX_INLINE as usize];
-        let n = self.len().min(a.len());
-        a[..n].copy_from_slice(&self[..n]);
-        (a, n)
-    }
-}
-
 impl TxSink for FpduSink<'_> {
     fn bytes(&mut self, data: &[u8], crc: Option<&mut u32>) {
         if let Some(c) = crc {
             *c = crate::sys::crc32c(*c, data);
         }
-        if let Err(e) = self.push_own(data) {
+        if let Err(e) = self.bufs.push_own(data) {
             self.err.get_or_insert(e);
         }
     }

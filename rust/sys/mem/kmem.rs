@@ -3,7 +3,7 @@
 //! Kernel-mapped ranges of registered memory, as the transport moves payload through them:
 //! gathered into socket sends ([`IoList`]), filled from socket buffers
 //! ([`crate::sys::net::socket::SkbChunk::copy_to_kva`]), copied out when small
-//! ([`copy_from_kva`]) and folded into CRC32c ([`crc32c_kva`]).
+//! ([`extend_from_kva`]) and folded into CRC32c ([`crc32c_kva`]).
 //!
 //! Payload memory is never seen as a Rust slice: user space may change it at any time
 //! (RFC 5040 leaves the content of a buffer under transfer undefined), so it is only ever
@@ -111,22 +111,52 @@ pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
     unsafe { b::crc32c(crc, range.kva as usize as *const c_void, len) }
 }
 
-/// Copies the first `dst.len()` octets of `range` (at most its length) into `dst`
-/// (kernel `memcpy()`); returns the octets copied. What user space writes to the memory
-/// meanwhile may or may not be seen, as RFC 5040 allows for a buffer under transfer.
-pub(crate) fn copy_from_kva(range: &Kva, dst: &mut [u8]) -> usize {
-    let n = usize::try_from(range.len).map_or(dst.len(), |l| l.min(dst.len()));
-    // SAFETY: the range is mapped kernel memory (type invariant) of at least `n` octets,
-    // `dst` is valid for `n` octets of writes, and the two do not overlap (`dst` is
-    // rsiw's own buffer, never registered memory).
+/// Appends `src` to `v` in one block copy (`KVec::extend_from_slice` copies element by
+/// element).
+///
+/// # Errors
+///
+/// `ENOMEM`; `v` is unchanged then.
+pub(crate) fn extend_bytes(v: &mut KVec<u8>, src: &[u8]) -> Result {
+    v.reserve(src.len(), GFP_KERNEL)?;
+    // SAFETY: `reserve` made room for `src.len()` more octets after the length; `src` is
+    // valid for reads of as many and is not `v`'s buffer (`v` is borrowed mutably).
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            src.as_ptr(),
+            v.spare_capacity_mut().as_mut_ptr().cast::<u8>(),
+            src.len(),
+        );
+        // The octets after the length were initialised just above, within capacity.
+        v.inc_len(src.len());
+    }
+    Ok(())
+}
+
+/// Appends the octets of `range` to `v` (kernel `memcpy()`) and returns them as `v` now
+/// holds them. What user space writes to the memory meanwhile may or may not be seen, as
+/// RFC 5040 allows for a buffer under transfer.
+///
+/// # Errors
+///
+/// `ENOMEM` (or `EINVAL` for a range longer than the address space); `v` is unchanged then.
+pub(crate) fn extend_from_kva<'a>(v: &'a mut KVec<u8>, range: &Kva) -> Result<&'a [u8]> {
+    let n = usize::try_from(range.len).map_err(|_| EINVAL)?;
+    let off = v.len();
+    v.reserve(n, GFP_KERNEL)?;
+    // SAFETY: the range is mapped kernel memory of `n` octets (type invariant); `reserve`
+    // made room for `n` octets after the length, in rsiw's own buffer, which is never
+    // registered memory, so the two do not overlap.
     unsafe {
         b::rsiw_copy_kva(
-            dst.as_mut_ptr().cast(),
+            v.spare_capacity_mut().as_mut_ptr().cast(),
             range.kva as usize as *const c_void,
             n,
-        )
-    };
-    n
+        );
+        // The `n` octets after the length were initialised just above, within capacity.
+        v.inc_len(n);
+    }
+    Ok(&v[off..])
 }
 
 use kernel::ffi::c_void;
