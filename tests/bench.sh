@@ -39,6 +39,7 @@ log "bench: rsiw vs siw on Debian's kernel, 1 vCPU, icount (about 13 minutes a r
 "$RSIW_TOP/tests/vm-run.sh" --kernel stock --cpus 1 --icount \
 	--timeout "${RSIW_BENCH_TIMEOUT:-7200}" -- \
 	env RSIW_BENCH_ROUNDS="${RSIW_BENCH_ROUNDS:-2}" RSIW_BENCH_ONLY="${RSIW_BENCH_ONLY:-}" \
+	RSIW_BENCH_PROFILE="${RSIW_BENCH_PROFILE:-1}" \
 	RSIW_BENCH_MTU="${RSIW_BENCH_MTU:-1500}" \
 	RSIW_BENCH_OUT=build/bench RSIW_SIW_CRC_KO="$crc/siw.ko" RSIW_BENCH_REV="$rev" \
 	RSIW_BENCH_CLOCK="icount (shift=0, sleep=off)" \
