@@ -119,17 +119,11 @@ pub(crate) fn crc32c_kva(crc: u32, range: &Kva) -> u32 {
 /// `ENOMEM`; `v` is unchanged then.
 pub(crate) fn extend_bytes(v: &mut KVec<u8>, src: &[u8]) -> Result {
     v.reserve(src.len(), GFP_KERNEL)?;
-    // SAFETY: `reserve` made room for `src.len()` more octets after the length; `src` is
-    // valid for reads of as many and is not `v`'s buffer (`v` is borrowed mutably).
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            src.as_ptr(),
-            v.spare_capacity_mut().as_mut_ptr().cast::<u8>(),
-            src.len(),
-        );
-        // The octets after the length were initialised just above, within capacity.
-        v.inc_len(src.len());
-    }
+    let dst = v.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    // SAFETY: `reserve` made room for `src.len()` octets at `dst`; `src` is not `v`'s buffer.
+    unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    // SAFETY: the `src.len()` octets after the length were initialised just above.
+    unsafe { v.inc_len(src.len()) };
     Ok(())
 }
 
@@ -144,18 +138,13 @@ pub(crate) fn extend_from_kva<'a>(v: &'a mut KVec<u8>, range: &Kva) -> Result<&'
     let n = usize::try_from(range.len).map_err(|_| EINVAL)?;
     let off = v.len();
     v.reserve(n, GFP_KERNEL)?;
-    // SAFETY: the range is mapped kernel memory of `n` octets (type invariant); `reserve`
-    // made room for `n` octets after the length, in rsiw's own buffer, which is never
-    // registered memory, so the two do not overlap.
-    unsafe {
-        b::rsiw_copy_kva(
-            v.spare_capacity_mut().as_mut_ptr().cast(),
-            range.kva as usize as *const c_void,
-            n,
-        );
-        // The `n` octets after the length were initialised just above, within capacity.
-        v.inc_len(n);
-    }
+    let dst = v.spare_capacity_mut().as_mut_ptr().cast();
+    let src = range.kva as usize as *const c_void;
+    // SAFETY: `src` is `n` octets of mapped memory (type invariant); `dst` has room for `n`
+    // in rsiw's own buffer, never registered memory, so the two do not overlap.
+    unsafe { b::rsiw_copy_kva(dst, src, n) };
+    // SAFETY: the `n` octets after the length were initialised just above.
+    unsafe { v.inc_len(n) };
     Ok(&v[off..])
 }
 
