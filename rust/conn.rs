@@ -676,9 +676,8 @@ impl Conn {
             Qp::complete_recv(qp.qp(), m.id, flush, 0, None, false);
         }
         match g.job.take() {
-            Some((JobKind::Sqe(w), _)) => {
-                let _ = Qp::complete_sqe(qp.qp(), &w, flush, 0);
-            }
+            // Released from the SQ when it started.
+            Some((JobKind::Sqe(w), _)) => Qp::complete_send(qp.qp(), &w, flush, 0),
             // Our TERMINATE is still to be sent.
             Some(job @ (JobKind::Terminate, _)) => g.job = Some(job),
             _ => {}

@@ -79,7 +79,8 @@ impl Payload {
 
 /// What the message being sent completes.
 pub(super) enum JobKind {
-    /// A send WQE (Send variants, RDMA Write): completed once its last FPDU is queued.
+    /// A send WQE (Send variants, RDMA Write), released from the SQ when it started:
+    /// completed once its last FPDU is queued.
     Sqe(SendWqe),
     /// An RDMA Read Request; its WQE entered the outstanding Reads before the Request
     /// was built (its Response can arrive as soon as the Request is queued).
@@ -130,7 +131,7 @@ impl Conn {
                 Self::sync_session(this, g);
                 if let Some((JobKind::Sqe(w), _)) = g.job.take() {
                     if let Some(qp) = g.qp.as_ref() {
-                        let _ = Qp::complete_sqe(qp.qp(), &w, WcStatus::GeneralErr, 0);
+                        Qp::complete_send(qp.qp(), &w, WcStatus::GeneralErr, 0);
                     }
                 }
                 g.job = None;
@@ -219,7 +220,7 @@ impl Conn {
                 } else {
                     len
                 };
-                let _ = Qp::complete_sqe(qp.qp(), &w, WcStatus::Success, len);
+                Qp::complete_send(qp.qp(), &w, WcStatus::Success, len);
             }
             JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
             JobKind::Terminate => {
@@ -422,7 +423,19 @@ impl Conn {
             return true;
         }
         match Self::start_sqe(&mut g.tx, &mut g.job, g.pd, qp, &w) {
-            Ok(()) => true,
+            Ok(()) => {
+                // The slot is free for a new SQE now, as in the C siw: libsiw rings the
+                // doorbell only for an SQE posted behind a free slot. The connection
+                // holds the WQE until its last FPDU is queued and flushes it before the
+                // SQ's when the QP fails (`Conn::flush_held`).
+                if Qp::release_sqe(qp.qp(), w.slot).is_err() {
+                    // A flush completed it already: the QP is in ERROR.
+                    g.job = None;
+                    g.tx.abort();
+                    return false;
+                }
+                true
+            }
             Err(status) => {
                 g.job = None;
                 complete_and_fail(qp, &w, status)

@@ -321,21 +321,28 @@ impl Qp {
         // position locks (the connection manager or a data path may move the QP meanwhile).
         check_transition(who, cur, new)?;
         if change.state.is_some() {
-            let (prev, sq_flushed) =
-                Self::enter_checked(qp, new, |now| check_transition(who, now, new))?;
             if new == State::Error {
-                Self::after_error(qp, prev, sq_flushed);
                 // An abrupt disconnect (iw_cm) or the consumer's ERROR: the connection
-                // closes (its mutex is taken without QP locks held). The slot's guard
-                // must end with this statement: closing detaches the connection from the
-                // slot, and a guard living on in an `if let` scrutinee (edition 2021)
-                // would deadlock it on its own spinlock.
+                // closes first (its mutex is taken without QP locks held), completing
+                // the WQEs it holds (the one being sent, the outstanding Reads) before
+                // the SQ's are flushed, so that CQ order stays SQ order. The slot's
+                // guard must end with this statement: closing detaches the connection
+                // from the slot, and a guard living on in an `if let` scrutinee (edition
+                // 2021) would deadlock it on its own spinlock.
                 let conn = qp.conn.lock().take();
                 if let Some(c) = conn {
                     drop(attrs);
                     c.close();
+                    // The QP is in ERROR now, unless the connection had closed already.
+                    let (prev, sq_flushed) = Self::enter_checked(qp, new, |_| Ok(()))?;
+                    Self::after_error(qp, prev, sq_flushed);
                     return Ok(());
                 }
+            }
+            let (prev, sq_flushed) =
+                Self::enter_checked(qp, new, |now| check_transition(who, now, new))?;
+            if new == State::Error {
+                Self::after_error(qp, prev, sq_flushed);
             }
         }
         if let Some(access) = change.access {

@@ -7,10 +7,13 @@
 //! 1. [`Qp::next_sqe`] returns a validated copy of the SQE at the head of the SQ (only in
 //!    RTS), without consuming it. A [`BadSqe`] (unknown opcode, too many SGEs, too much
 //!    inline data) must be failed with [`Qp::fail_sqe`], then [`Qp::enter_error`].
-//! 2. When the WQE is done, [`Qp::complete_sqe`] releases its slot and reports the
-//!    completion into the send CQ (if signalled, or in error). A WQE that completes later
-//!    (an RDMA READ waiting for its response) is released with [`Qp::release_sqe`] and
-//!    reported with [`Qp::complete_send`].
+//! 2. A WQE done at once (a local operation, a failed one) is released and reported with
+//!    [`Qp::complete_sqe`] (into the send CQ if signalled, or in error). A WQE that goes
+//!    on the wire (a Send, an RDMA Write, an RDMA READ waiting for its response) is
+//!    released with [`Qp::release_sqe`] as soon as it starts, as in the C siw: libsiw
+//!    rings the doorbell only for an SQE posted behind a free slot. The connection then
+//!    holds it, reports it with [`Qp::complete_send`], and completes it with a flush
+//!    error before the SQ is flushed when the QP fails (CQ order is SQ order).
 //! 3. If the QP was flushed meanwhile (ERROR), the WQE was completed by the flush: the
 //!    release reports [`Stale`] and the TX path drops the WQE.
 //!
@@ -49,8 +52,8 @@ impl Qp {
     }
 
     /// For the TX path: releases the SQ slot of a WQE from [`Qp::next_sqe`] without
-    /// reporting a completion (the WQE moves on, e.g. an RDMA READ to the outstanding
-    /// reads, or it is unsignalled and done).
+    /// reporting a completion (the WQE moves on to the connection: a message being sent,
+    /// an RDMA READ among the outstanding reads).
     ///
     /// # Errors
     ///

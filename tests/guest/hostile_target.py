@@ -5,6 +5,7 @@ connects to the hostile peer listening on ADDR:PORT), and reports, for each, wha
 peer's FPDUs did to its memory.
 
     hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread]
+    hostile_target.py listen ADDR PORT N sqorder
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
@@ -30,21 +31,32 @@ asynchronous events the device context reported (after a flushed receive it wait
 10 s for the first). The whole region is checked, so a byte placed beyond the MR's page,
 before or after it, shows.
 
+`sqorder` (Responder only) is a consumer of its own QP (SQ_DEPTH send WQEs, its own PD
+and CQ): it prints {"depth": SQ_DEPTH}, accepts, posts an RDMA Write of BIG_LEN octets
+(WR ID 0; more than TCP buffers for a peer that does not read), then Sends of 64 octets
+(WR IDs 1, 2, ...) until SQ_DEPTH of them were taken or 30 s passed (a full SQ refuses a
+post with ENOMEM), moves the QP to ERROR and prints {"sends": how many were taken, "wcs":
+[[WR ID, status, opcode], ...]} of the send CQ.
+
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
 """
 
+import errno
 import json
 import mmap
 import sys
+import time
 
 import pyverbs.cm_enums as ce
 from pyverbs import enums as e
 from pyverbs.cmid import AddrInfo, CMID, ConnParam
+from pyverbs.cq import CQ
 from pyverbs.mr import MR
 from pyverbs.pd import PD
-from pyverbs.pyverbs_error import PyverbsError
-from pyverbs.qp import QPCap, QPInitAttr
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, SendWR
 from uverbs_events import event_fds, next_event
 
 PAGE = mmap.PAGESIZE
@@ -55,6 +67,7 @@ FLOOD_SENDS = 4
 FLOOD_LEN = 1 << 20
 BIG_LEN = 8 << 20
 BIG_PATTERN = bytes(range(251))
+SQ_DEPTH = 8
 
 
 def changed_runs(data):
@@ -138,6 +151,53 @@ def serve_one(cid, ctx, mode, go):
             obj.close()
 
 
+def serve_sqorder(cid, ctx, go):
+    """The `sqorder` connection on `cid` (no QP of its own), established by `go(param)`."""
+    pd = PD(ctx)
+    cq = CQ(ctx, 4 * SQ_DEPTH)
+    cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    attr = QPAttr()
+    attr.qp_state = e.IBV_QPS_INIT
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    big = MR(pd, BIG_LEN, e.IBV_ACCESS_LOCAL_WRITE)
+    small = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    print(json.dumps({"depth": SQ_DEPTH}), flush=True)
+    go(ConnParam(resources=1, depth=1, qp_num=qp.qp_num))
+    write = SendWR(wr_id=0, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                   sg=[SGE(big.buf, BIG_LEN, big.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+    write.set_wr_rdma(0x1234, 0)
+    qp.post_send(write)
+    sends, deadline = 0, time.monotonic() + 30
+    while sends < SQ_DEPTH and time.monotonic() < deadline:
+        try:
+            qp.post_send(SendWR(wr_id=sends + 1, opcode=e.IBV_WR_SEND, num_sge=1,
+                                sg=[SGE(small.buf, 64, small.lkey)],
+                                send_flags=e.IBV_SEND_SIGNALED))
+            sends += 1
+        except PyverbsRDMAError as ex:
+            if abs(ex.error_code) != errno.ENOMEM:  # libsiw returns -ENOMEM
+                raise
+            time.sleep(0.1)
+    attr = QPAttr()
+    attr.qp_state = e.IBV_QPS_ERR
+    qp.modify(attr, e.IBV_QP_STATE)
+    wcs, deadline = [], time.monotonic() + 30
+    while len(wcs) < sends + 1 and time.monotonic() < deadline:
+        n, got = cq.poll(num_entries=sends + 1 - len(wcs))
+        wcs.extend([w.wr_id, w.status, w.opcode] for w in got[:n])
+        if n == 0:
+            time.sleep(0.01)
+    print(json.dumps({"sends": sends, "wcs": wcs}), flush=True)
+    try:
+        cid.disconnect()
+    except PyverbsError:
+        pass  # the connection ended with the QP's ERROR
+    for obj in (qp, small, big, cq, pd, cid):
+        obj.close()
+
+
 def main():
     role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else None
@@ -151,13 +211,16 @@ def main():
             serve_one(cid, cid.context, mode, cid.connect)
         return
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
-    listener = CMID(creator=ai, qp_init_attr=init)
+    listener = CMID(creator=ai, qp_init_attr=None if mode == "sqorder" else init)
     listener.listen()
     print("ready", flush=True)
     for _ in range(n):
         cid = listener.get_request()
         # The passive side's context is the listener's (pyverbs sets it in get_request).
-        serve_one(cid, listener.context, mode, cid.accept)
+        if mode == "sqorder":
+            serve_sqorder(cid, listener.context, cid.accept)
+        else:
+            serve_one(cid, listener.context, mode, cid.accept)
     listener.close()
 
 

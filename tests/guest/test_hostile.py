@@ -69,6 +69,9 @@ T_REPORT = 3 * T_IO
 
 IBV_WC_SUCCESS = 0
 IBV_WC_WR_FLUSH_ERR = 5
+# enum ibv_wc_opcode
+IBV_WC_SEND = 0
+IBV_WC_RDMA_WRITE = 1
 # enum ibv_event_type: a memory protection error the peer caused is a local access
 # violation (QP_ACCESS_ERR), any other TERMINATE a fatal QP error.
 IBV_EVENT_QP_FATAL = 1
@@ -332,8 +335,12 @@ def target(rsiw, dummy):
             cur["lines"] += 1
             line = next_line(p, timeout)
             if not line.startswith("{"):
-                p.kill()
-                p.wait()
+                # Let it finish writing its traceback first.
+                try:
+                    p.wait(timeout=T_IO)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
                 raise AssertionError("target failed: " + line + rest(p))
             return json.loads(line)
         return report
@@ -848,6 +855,31 @@ def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     assert r["changes"] == [], r
     # Now read: rsiw closes within its deadline (mpa_timeout_ms, 10 s by default).
     recv_all(s)
+    s.close()
+
+
+def test_sqe_on_the_wire_frees_its_slot_and_flushes_first(target):
+    """A send WQE leaves the SQ when its message starts, as in the C siw: while an RDMA
+    Write waits for a peer that stops reading, the SQ takes as many new WQEs as it has
+    slots (libsiw rings the doorbell only for a WQE posted behind a free slot). When the
+    consumer then moves the QP to ERROR, the Write, held by the connection, is flushed
+    before the WQEs behind it: completions keep posting order."""
+    report = target(1, "sqorder")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(T_IO)
+    s.connect((ADDR, PORT))
+    s.sendall(mpa_request())
+    depth = report()["depth"]
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    wait_queued(s, "rsiw's RDMA Write")
+    r = report(timeout=T_IO)
+    assert r["sends"] == depth, f"the SQ took {r['sends']} WQEs of {depth} behind the Write"
+    want = [[0, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_WRITE]]
+    want += [[i, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND] for i in range(1, depth + 1)]
+    assert r["wcs"] == want, r
     s.close()
 
 
