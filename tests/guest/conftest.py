@@ -33,6 +33,9 @@ BAD_DMESG = re.compile(
 # kernel GPF is an Oops and still matches BAD_DMESG.
 USER_TRAP = re.compile(r"^\[[\s\d.]+\] traps: \S+\[\d+\] ")
 KMEMLEAK = "/sys/kernel/debug/kmemleak"
+KUNIT_FILTER = "/sys/module/kunit/parameters/filter_glob"
+KUNIT_NONE = "rsiw-no-suite"
+"""A KUnit suite glob that matches no suite: module loads run none (test_kunit.py asks)."""
 
 # Lockdep reports of upstream code that rsiw's tests can trigger, by the locks they name;
 # a report matches only if it names every lock listed and no rsiw code.
@@ -73,9 +76,70 @@ def known_upstream(lines):
     return keep, known
 
 
-def pytest_collection_modifyitems(items):
-    """Runs the NVMe-oF tests last: they can trigger a known upstream lockdep report
-    (KNOWN_UPSTREAM), after which lockdep is off for the rest of the boot."""
+LEG = os.environ.get("RSIW_LEG", "")
+"""`make check` (tests/check.sh) splits the suite into two legs that run side by side, each
+test in exactly one: `debug`, on the debug kernel (KASAN, lockdep, kmemleak: 4-6 times
+slower under TCG), and `stock`, on Debian's kernel. Unset: every collected test runs."""
+
+DEBUG_LEG = re.compile("|".join([
+    # Only the debug kernel has them: KUnit, fault injection.
+    r"^test_kunit\.py::",
+    r"^test_reliability\.py::test_(tcp_allocation_failures|failing_allocations)",
+    # Untrusted input, where KASAN sees an access outside an object: the hostile peer with
+    # rsiw as Responder (the Initiator role runs on Debian's kernel), both roles for the
+    # Read Responses; the attacks on the NVMe-oF kernel QPs; scribbled user rings.
+    r"^test_hostile\.py::test_\w+(\[listen\])?$",
+    r"^test_hostile\.py::test_bad_read_responses_are_refused_before_placement",
+    r"^test_nvmeof\.py::test_(hostile_|bad_mpa_requests_against)",
+    r"^test_reliability\.py::test_scribbled_rings",
+    # Object lifetimes under teardown, where KASAN sees a use after free and kmemleak a
+    # leak: listeners, namespaces and floods; peers killed, netdevs, links, namespaces,
+    # the module and MRs going away during transfers; NVMe-oF port teardown.
+    r"^test_lifetime\.py::",
+    r"^test_reliability\.py::test_peer_killed_mid_transfer\[rping-",
+    r"^test_reliability\.py::test_(link_down_and_up|device_moved|rmmod_during|link_del_during"
+    r"|veth_deleted)",
+    r"^test_reliability\.py::test_mr_deregistered_with_transfers_in_flight\[remote\]",
+    r"^test_nvmeof\.py::test_nvme_rdma_port_cycles\[rmdir\]",
+    r"^test_device\.py::test_(load_unload_repeatedly|link_add_del_20_times"
+    r"|netdev_unregister_removes_device|rmmod_with_devices_present)",
+    r"^test_device\.py::test_object_limits_are_enforced\[qp-",
+    # The connection manager with its timers, once (the other parameter source runs on
+    # Debian's kernel).
+    r"^test_cm\.py::test_\w+\[parameter\]$",
+    r"^test_cm\.py::test_(reject_reaches|accept_and_disconnect|consumer_killed"
+    r"|listen_and_close|reply_with_no_matching_rtr)",
+    # The data path once per kind: CRC, zero copy, Send and Read, markers, large FPDUs,
+    # siw as the peer, an impaired link, the restrack details.
+    r"^test_transport\.py::test_rping_loopback\[crc\]",
+    r"^test_transport\.py::test_zero_copy_loopback\[zcopy-crc\]",
+    r"^test_transport\.py::test_perftest_loopback\[ib_(send|read)_bw\]",
+    r"^test_transport\.py::test_interop_siw\[rev2-crc0-rsiw_client\]",
+    r"^test_transport\.py::test_pcap_loopback\[crc1-markers\]",
+    r"^test_transport\.py::test_large_fpdus_two_ns\[large\]",
+    r"^test_transport\.py::test_impaired_link_two_ns\[loss5-crc1-markers\]",
+    r"^test_transport\.py::test_res_(qp|cm_id)_details",
+    # User rings and objects of the verbs: flushes, doorbells, destroy with work posted.
+    r"^test_verbs\.py::test_(objects_create_destroy|more_than_144_rings|reg_mr_of_bad_address"
+    r"|rq_flush|sq_flush|doorbell_in_reset|srq_qp_error|cq_overflow|destroy_with_outstanding)",
+]))
+"""The tests of the `debug` leg, by node ID without the directory; the rest run in `stock`."""
+
+
+def leg_of(nodeid):
+    """The leg (`debug` or `stock`) that runs the test with node ID `nodeid`."""
+    return "debug" if DEBUG_LEG.search(nodeid.rsplit("/", 1)[-1]) else "stock"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keeps the tests of the leg RSIW_LEG names (if any), and runs the NVMe-oF tests last:
+    they can trigger a known upstream lockdep report (KNOWN_UPSTREAM), after which lockdep
+    is off for the rest of the boot."""
+    if LEG:
+        other = [it for it in items if leg_of(it.nodeid) != LEG]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [it for it in items if leg_of(it.nodeid) == LEG]
     items.sort(key=lambda it: "test_nvmeof.py" in it.nodeid)
 
 
@@ -222,6 +286,14 @@ def kmemleak_report():
         return f.read()
 
 
+def kunit_filter(glob):
+    """Sets which KUnit suites a module load runs (`kunit.filter_glob`, e.g. `rsiw_*`), on a
+    kernel with KUnit (the debug kernel); elsewhere does nothing."""
+    if os.path.exists(KUNIT_FILTER):
+        with open(KUNIT_FILTER, "w") as f:
+            f.write(glob)
+
+
 def rsiw_leaks(report):
     """Returns the kmemleak records whose backtrace names rsiw, or one of the kernel's
     helpers for Rust code (`rust_helper_*`): once rsiw is unloaded, its own frames show
@@ -235,10 +307,15 @@ def rsiw_leaks(report):
 def _session_checks():
     # dmesg_mark() writes to /dev/kmsg, which the kernel rate-limits by default.
     sh("echo on > /proc/sys/kernel/printk_devkmsg", check=False)
-    # Forget leaks from boot (not rsiw's): only new ones count.
+    # Forget leaks from boot (not rsiw's): only new ones count. The tests scan when they
+    # want a report; kmemleak's own scan every 10 min would only take CPU time from them.
     if os.path.exists(KMEMLEAK):
         kmemleak_report()
         sh(f"echo clear > {KMEMLEAK}", check=False)
+        sh(f"echo scan=off > {KMEMLEAK}", check=False)
+    # rsiw's KUnit suites (debug kernel) would run at every module load, seconds each time
+    # under TCG: only test_kunit.py runs them.
+    kunit_filter(KUNIT_NONE)
     yield
     unload_rsiw()
     # kmemleak reports objects only once they are old enough (5 s).
