@@ -827,22 +827,29 @@ def wait_queued(s, what):
     raise AssertionError(f"{what} did not reach the peer ({queued} octets queued)")
 
 
+def connect_small_window(report):
+    """Connects to the target (Responder) from a socket whose receive buffer is 4096
+    octets, fixed, so that the window closes after a few pages the peer leaves unread, and
+    completes MPA startup; returns (socket, the target's first line)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(T_IO)
+    s.connect((ADDR, PORT))
+    s.sendall(mpa_request())
+    first = report()
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    return s, first
+
+
 def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     """The peer lets the target's 4 MiB of Sends fill its receive window and rsiw's send
     buffer, then sends a Write without the right and reads nothing: the target's receive
     is flushed and QP_ACCESS_ERR reported while the peer still reads nothing, and once
     the peer reads, rsiw has closed the connection (TERMINATE best-effort)."""
     report = target(1, "flood")
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # A small receive buffer, fixed: the window closes after a few pages.
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(T_IO)
-    s.connect((ADDR, PORT))
-    s.sendall(mpa_request())
-    keys = report()
-    rep = recv_exact(s, 20)
-    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
-    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    s, keys = connect_small_window(report)
     # rsiw's Sends stand in the peer's receive queue, which it then leaves unread.
     wait_queued(s, "rsiw's Sends")
     s.sendall(write(keys["rkey"], keys["addr"] + 64, b"\xEE" * 16))
@@ -865,15 +872,8 @@ def test_sqe_on_the_wire_frees_its_slot_and_flushes_first(target):
     consumer then moves the QP to ERROR, the Write, held by the connection, is flushed
     before the WQEs behind it: completions keep posting order."""
     report = target(1, "sqorder")
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(T_IO)
-    s.connect((ADDR, PORT))
-    s.sendall(mpa_request())
-    depth = report()["depth"]
-    rep = recv_exact(s, 20)
-    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
-    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    s, first = connect_small_window(report)
+    depth = first["depth"]
     wait_queued(s, "rsiw's RDMA Write")
     r = report(timeout=T_IO)
     assert r["sends"] == depth, f"the SQ took {r['sends']} WQEs of {depth} behind the Write"
