@@ -31,20 +31,15 @@ log "check: guest tests, the debug leg here and the stock leg beside it (its out
 pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=10 tests/guest)
 mkdir -p "$RSIW_TOP/build"
 stock_log="$RSIW_TOP/build/check-stock.log"
-"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout "${RSIW_STOCK_TIMEOUT:-4200}" -- \
-	env RSIW_LEG=stock RSIW_INTEROP_FULL=1 "${pytest_argv[@]}" >"$stock_log" 2>&1 &
+# run_logged prints a heartbeat with the stock log's last line every minute.
+run_logged "$stock_log" "$RSIW_TOP/tests/vm-run.sh" --kernel stock \
+	--timeout "${RSIW_STOCK_TIMEOUT:-4200}" -- \
+	env RSIW_LEG=stock RSIW_INTEROP_FULL=1 "${pytest_argv[@]}" &
 stock_pid=$!
 debug_rc=0
 "$RSIW_TOP/tests/vm-run.sh" --kernel debug --timeout "${RSIW_GUEST_TIMEOUT:-4200}" -- \
 	env RSIW_LEG=debug "${pytest_argv[@]}" || debug_rc=$?
-log "check: debug leg done (exit $debug_rc)"
-while kill -0 "$stock_pid" 2>/dev/null; do
-	log "  ... stock leg still running: $(grep -E 'PASSED|FAILED|ERROR|SKIPPED' "$stock_log" | tail -n 1 | cut -c1-100)"
-	for _ in $(seq 60); do
-		kill -0 "$stock_pid" 2>/dev/null || break
-		sleep 1
-	done
-done
+log "check: debug leg done (exit $debug_rc), waiting for the stock leg"
 stock_rc=0
 wait "$stock_pid" || stock_rc=$?
 log "check: the stock leg (exit $stock_rc), $stock_log:"
