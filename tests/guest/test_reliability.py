@@ -495,6 +495,33 @@ def finished(srv, cli, what, timeout=T_CLIENT):
         assert rc == 0, f"{what}: ucmatose {end} exited {rc}:\n{b.output()[-3000:]}"
 
 
+def finished_while_moving(srv, cli, what, stall=T_CLIENT, ceiling=3 * 3600):
+    """Waits for both ucmatose programs to exit 0 while they make progress: fails when
+    neither the FPDUs both devices sent and received nor the QPs open changed for `stall`
+    seconds before the programs exit (a stall), or after `ceiling` seconds in all. Prints
+    the progress every minute, so a slow run under KASAN tells itself apart from a stuck
+    one."""
+    def progress():
+        return (sum(port_counters(d)["tx_fpdus"] + port_counters(d)["rx_fpdus"]
+                    for d in (DUT, DUT2)), qp_count())
+    t0 = last_move = last_print = time.monotonic()
+    last = progress()
+    while cli.p.poll() is None or srv.p.poll() is None:
+        time.sleep(5)
+        now, seen = time.monotonic(), progress()
+        if seen != last:
+            last, last_move = seen, now
+        if now - last_print >= 60:
+            print(f"{what}: {now - t0:.0f} s, {seen[0]} FPDUs sent and received, "
+                  f"{seen[1]} QPs", flush=True)
+            last_print = now
+        assert now - last_move < stall and now - t0 < ceiling, (
+            f"{what}: nothing moved for {now - last_move:.0f} s, {now - t0:.0f} s in all "
+            f"({seen[0]} FPDUs, {seen[1]} QPs); client:\n{cli.output()[-1500:]}\n"
+            f"server:\n{srv.output()[-1500:]}")
+    finished(srv, cli, what, timeout=T_SERVER)
+
+
 def qp_count():
     """The QPs `rdma res show qp` lists (one `lqpn` each)."""
     return len(re.findall(r"\blqpn \d+", sh("rdma res show qp", check=False).stdout))
@@ -538,7 +565,7 @@ def test_connection_cycles_and_many_qps_return_memory(two_rsiw, procs, tmp_path)
         return seen[0] >= 2 * HELD or cli.p.poll() is not None
     wait_for(all_open, timeout=T_CLIENT * 2, what=f"{2 * HELD} QPs open at once")
     held = seen[0]
-    finished(srv, cli, "held connections", timeout=T_CLIENT * 2)
+    finished_while_moving(srv, cli, "held connections")
     wait_for(lambda: qp_count() == 0, timeout=T_CLIENT, what="every QP destroyed")
     after = kernel_memory_kib()
     print(f"{CYCLES} cycles in {took:.0f}s; {held} QPs held at once; kmalloc, vmalloc KiB: "
