@@ -146,7 +146,9 @@ s.sendall(b"nmi\n"); time.sleep(0.5)' "$monitor" || true
 	trap 'kill "$watchdog" 2>/dev/null; rm -rf "$run"' EXIT
 fi
 set +e +o pipefail
-# The console log holds everything; stdout shows only the command's output. The pipeline
+# The console log holds everything; stdout shows only the command's output, both line by
+# line as the guest prints (tr's output is line-buffered: a pipe would get it in 4 KiB
+# blocks, which held a soak's progress back for an hour). The pipeline
 # runs in the background: bash would hold a TERM or INT to this script until a foreground
 # pipeline ended, and QEMU would outlive the script. `timeout` passes the signal on to its
 # process group, QEMU included.
@@ -174,7 +176,7 @@ set +e +o pipefail
 	echo $! >"$run/timeout.pid"
 	wait $!
 	echo $? >"$run/vng.status"
-} | tr -d '\r' | tee "$run/console.log" | sed -un 's/^.*@@ //p' &
+} | stdbuf -oL tr -d '\r' | tee "$run/console.log" | sed -un 's/^.*@@ //p' &
 pipeline=$!
 trap 'kill -TERM "$(cat "$run/timeout.pid" 2>/dev/null)" 2>/dev/null; wait "$pipeline"; exit 143' \
 	INT TERM
