@@ -147,8 +147,8 @@ s.sendall(b"nmi\n"); time.sleep(0.5)' "$monitor" || true
 fi
 set +e +o pipefail
 # The console log holds everything; stdout shows only the command's output, both line by
-# line as the guest prints (tr's output is line-buffered: a pipe would get it in 4 KiB
-# blocks, which held a soak's progress back for an hour). The pipeline
+# line as the guest prints (tr's output is line-buffered: into a pipe it would come in
+# 4 KiB blocks, long after a quiet guest printed it). The pipeline
 # runs in the background: bash would hold a TERM or INT to this script until a foreground
 # pipeline ended, and QEMU would outlive the script. `timeout` passes the signal on to its
 # process group, QEMU included.

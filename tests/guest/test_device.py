@@ -287,8 +287,8 @@ def test_link_add_autoloads_module(dummy):
     sh(f"mount -t overlay overlay -o lowerdir={mods},upperdir={work}/upper,workdir={work}/work {mods}")
     try:
         sh(f"mkdir -p {mods}/extra && cp {os.environ['RSIW_KO']} {mods}/extra/")
-        # depmod reads only rsiw and the modules it needs: all of Debian's modules over
-        # the guest's 9p root once took more than two minutes on a loaded host.
+        # depmod reads only rsiw and the modules it needs: reading all of Debian's
+        # modules over the guest's root takes minutes on a loaded host.
         sh(f"depmod {rel} {' '.join(module_closure(f'{mods}/extra/rsiw.ko'))}")
         sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
         assert module_loaded("rsiw")

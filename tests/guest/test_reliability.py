@@ -503,8 +503,7 @@ def finished_while_moving(srv, cli, what, stall=T_CLIENT, ceiling=3 * 3600):
     debug kernel seconds). Prints the progress every minute, so a slow run under KASAN
     tells itself apart from a stuck one."""
     def fpdus():
-        return sum(port_counters(d)["tx_fpdus"] + port_counters(d)["rx_fpdus"]
-                   for d in (DUT, DUT2))
+        return sum(c["tx_fpdus"] + c["rx_fpdus"] for c in map(port_counters, (DUT, DUT2)))
     t0 = last_move = last_print = time.monotonic()
     moved, qps = fpdus(), None
     while cli.p.poll() is None or srv.p.poll() is None:
