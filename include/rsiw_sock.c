@@ -144,11 +144,31 @@ int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to,
 	return skb_copy_bits(skb, offset, to, len) ? -EFAULT : 0;
 }
 
-int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more)
+void rsiw_sk_lock(struct socket *sock)
+{
+	lock_sock(sock->sk);
+}
+
+void rsiw_sk_unlock(struct socket *sock)
+{
+	release_sock(sock->sk);
+}
+
+/* sendmsg on a socket the caller owns (@locked) or not. */
+static int rsiw_sendmsg(struct socket *sock, struct msghdr *msg, size_t len, bool locked)
+{
+	if (locked)
+		return tcp_sendmsg_locked(sock->sk, msg, len);
+	return sock_sendmsg(sock, msg);
+}
+
+int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more,
+		   bool locked)
 {
 	struct msghdr msg = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0) };
 
-	return kernel_sendmsg(sock, &msg, vec, nvec, len);
+	iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, vec, nvec, len);
+	return rsiw_sendmsg(sock, &msg, len, locked);
 }
 
 /* The page holding kernel address @p (linear map or vmalloc), or NULL. */
@@ -165,7 +185,7 @@ static struct page *rsiw_kva_page(const void *p)
 #define RSIW_SEND_BVECS 16
 
 int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
-		  size_t *spliced)
+		  size_t *spliced, bool locked)
 {
 	struct bio_vec bvec[RSIW_SEND_BVECS];
 	size_t done = 0;
@@ -200,7 +220,7 @@ int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
 		if (more || done + chunk < len)
 			msg.msg_flags |= MSG_MORE;
 		iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, bvec, n, chunk);
-		rv = sock_sendmsg(sock, &msg);
+		rv = rsiw_sendmsg(sock, &msg, chunk, locked);
 		if (rv < 0)
 			return done ? done : rv;
 		done += rv;

@@ -65,10 +65,20 @@ int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool 
 int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len);
 
 /*
+ * lock_sock() / release_sock(): the caller owns the socket in between (process context;
+ * may sleep).  Segments and ACKs arriving meanwhile wait in the socket's backlog, which
+ * release_sock() processes, running the socket's callbacks in the caller's context.
+ */
+void rsiw_sk_lock(struct socket *sock);
+void rsiw_sk_unlock(struct socket *sock);
+
+/*
  * Non-blocking sends.  Return the octets queued (possibly fewer than asked) or a negative
  * errno (-EAGAIN when the send buffer is full).  @more: more data follows (MSG_MORE).
+ * @locked: the caller owns the socket (rsiw_sk_lock()), else it is locked per call.
  */
-int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more);
+int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t len, bool more,
+		   bool locked);
 
 /*
  * Queues @len octets of kernel memory at @kva (linear map or vmalloc) without copying
@@ -77,10 +87,10 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
  * contents go on the wire as they are then: the caller decides whether that is acceptable
  * for the message.  Returns the octets queued or a negative errno (-EAGAIN when the send
  * buffer is full, -EFAULT for an address with no struct page).  Adds the octets queued
- * by page reference to *@spliced.
+ * by page reference to *@spliced.  @locked as for rsiw_send_kvec().
  */
 int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
-		  size_t *spliced);
+		  size_t *spliced, bool locked);
 
 /* sk->sk_state (TCP_*), tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);

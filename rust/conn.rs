@@ -32,7 +32,7 @@
 //! not (data that came with the MPA frames), then sends FPDUs until the SQ is empty, the
 //! send buffer is full (the write-space callback queues the work again) or a burst of
 //! [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy connection does
-//! not starve others).
+//! not starve others). A burst owns the socket lock throughout (`Conn::transmit`).
 //!
 //! # What is not here
 //!

@@ -106,15 +106,45 @@ enum HeadAdmit {
 
 impl Conn {
     /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
-    pub(super) fn transmit(this: &Arc<Conn>, g: &mut Inner, mut budget: u32) -> bool {
+    ///
+    /// The socket is owned ([`Socket::own`](crate::sys::net::socket::Socket::own)) for
+    /// the whole burst: TCP takes the FPDUs without a socket lock round trip each, and
+    /// the ACKs (and received FPDUs) that arrive meanwhile wait in the socket's backlog.
+    /// It is processed, all at once, where the send buffer fills (the lock is released
+    /// and taken again, and the FPDU tried once more) and when the burst ends: TCP then
+    /// sends what was queued in large packets, where per-ACK processing would send a
+    /// segment or two per ACK. A burst is bounded by `budget` and the send buffer.
+    pub(super) fn transmit(this: &Arc<Conn>, g: &mut Inner, budget: u32) -> bool {
+        if let Some(s) = g.sock.as_ref() {
+            s.own();
+        }
+        let more = Self::transmit_burst(this, g, budget);
+        // Closing inside the burst released the socket already.
+        if let Some(s) = g.sock.as_ref() {
+            s.disown();
+        }
+        more
+    }
+
+    fn transmit_burst(this: &Arc<Conn>, g: &mut Inner, mut budget: u32) -> bool {
         Self::sync_session(this, g);
+        // Whether the send buffer was found full since the last FPDU was queued.
+        let mut full = false;
         loop {
             if g.closed {
                 return false;
             }
             if g.fpdu.is_some() {
                 match Self::push_fpdu(this, g) {
-                    Ok(true) => {}
+                    Ok(true) => full = false,
+                    Ok(false) if !full => {
+                        // Processing the backlog's ACKs may free the send buffer.
+                        full = true;
+                        if let Some(s) = g.sock.as_ref() {
+                            s.disown();
+                            s.own();
+                        }
+                    }
                     Ok(false) => return false,
                     Err(_) => {
                         Self::close_locked(this, g, Reason::Reset);

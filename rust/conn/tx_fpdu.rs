@@ -9,7 +9,7 @@ use super::tx::Payload;
 use crate::engine::stream::TxSink;
 use crate::stag::MrRef;
 use crate::sys::mem::kmem::{crc32c_kva, extend_bytes, extend_from_kva, IoList, IoVecBuf, Kva};
-use crate::sys::net::socket::SockOps;
+use crate::sys::net::socket::Socket;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -120,7 +120,7 @@ impl TxFpdu {
     pub(super) fn push(
         &mut self,
         bufs: &mut FpduBufs,
-        sock: &SockOps,
+        sock: &Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
         if self.zcopy {
@@ -131,13 +131,13 @@ impl TxFpdu {
     }
 
     /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
-    /// copied, payload ranges spliced ([`SockOps::send_kva`]); adds the octets TCP took by
+    /// copied, payload ranges spliced ([`Socket::send_kva`]); adds the octets TCP took by
     /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
     /// when the send buffer is full.
     fn push_spliced(
         &mut self,
         bufs: &FpduBufs,
-        sock: &SockOps,
+        sock: &Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
         let mut start = 0usize;
@@ -172,7 +172,7 @@ impl TxFpdu {
     /// Sends what is left of the FPDU as one gather list of its parts, all of them
     /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
-    fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &SockOps) -> Result<bool> {
+    fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &Socket) -> Result<bool> {
         let iov = bufs.iov.take().unwrap_or_else(IoVecBuf::new);
         let mut io = IoList::new(iov, bufs.parts.len())?;
         let mut r = Ok(true);

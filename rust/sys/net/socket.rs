@@ -12,6 +12,7 @@ use crate::sys::to_result;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::{ForeignOwnable, Opaque};
@@ -139,10 +140,13 @@ impl SockAddr {
 /// `sock` is a `struct socket` created by `sock_create_kern()` or `kernel_accept()` with a
 /// TCP `sk`; it is released (once) when the `Socket` is dropped. `attach`, when `Some`,
 /// is the attachment registered with `rsiw_sk_attach()` and holds a reference of the
-/// attached object; it is detached before the socket is released.
+/// attached object; it is detached before the socket is released. `owned` is `true` exactly
+/// while this `Socket` holds the socket lock (`lock_sock()` by [`Socket::own`], not yet
+/// released).
 pub(crate) struct Socket {
     sock: NonNull<b::socket>,
     attach: Option<Attachment>,
+    owned: AtomicBool,
 }
 
 // SAFETY: the socket layer serialises the operations rsiw calls (they take the socket lock
@@ -170,6 +174,44 @@ pub(crate) struct SockRef<'a> {
 }
 
 impl Socket {
+    /// Wraps `sock`, a valid TCP socket this `Socket` is to own and release; not locked.
+    fn new(sock: NonNull<b::socket>) -> Self {
+        Self {
+            sock,
+            attach: None,
+            owned: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the socket lock (`lock_sock()`) until [`Socket::disown`] (or the socket's
+    /// shutdown or release): the sends in between do not take and release it once each,
+    /// and segments and ACKs that arrive meanwhile wait in the socket's backlog, which
+    /// TCP processes in one pass when the lock is released (running the socket events in
+    /// the releasing context). Owning it again is a no-op. Process context, may sleep;
+    /// the caller serialises `own`/`disown` and calls nothing else that locks the socket
+    /// (`bind`, `connect`, the addresses, `set_tos`, [`SockOps::read`] with
+    /// [`SockLock::Take`]) in between.
+    pub(crate) fn own(&self) {
+        if !self.owned.swap(true, Ordering::Acquire) {
+            // SAFETY: `self.sock` is valid (invariant); process context (documented).
+            unsafe { b::rsiw_sk_lock(self.sock.as_ptr()) };
+        }
+    }
+
+    /// Releases the socket lock taken by [`Socket::own`] (`release_sock()`, which
+    /// processes the backlog; may sleep); a no-op if not owned.
+    pub(crate) fn disown(&self) {
+        if self.owned.swap(false, Ordering::Release) {
+            // SAFETY: `self.sock` is valid and this `Socket` holds its lock (invariant).
+            unsafe { b::rsiw_sk_unlock(self.sock.as_ptr()) };
+        }
+    }
+
+    /// Whether this `Socket` holds the socket lock ([`Socket::own`]).
+    fn locked(&self) -> bool {
+        self.owned.load(Ordering::Relaxed)
+    }
+
     /// Creates a TCP socket of `family` (`AF_INET`/`AF_INET6`) in the network namespace
     /// `net` (the rsiw device's netdev namespace). The socket, and every connection a
     /// listener accepts from it, holds a reference to `net` until it is released, so a
@@ -194,8 +236,8 @@ impl Socket {
         let sock = NonNull::new(sock).ok_or(ENOMEM)?;
         // SAFETY: just created, not yet used; `sock` is valid.
         unsafe { b::rsiw_sk_hold_net(sock.as_ptr()) };
-        // INVARIANT: just created, TCP.
-        Ok(Self { sock, attach: None })
+        // INVARIANT: just created, TCP, not locked.
+        Ok(Self::new(sock))
     }
 
     /// Binds to `addr` (port 0: an ephemeral port).
@@ -266,8 +308,8 @@ impl Socket {
         let sock = NonNull::new(new).ok_or(ENOMEM)?;
         // SAFETY: `sock` is the accepted, valid TCP socket.
         unsafe { b::rsiw_sk_tune(sock.as_ptr(), false) };
-        // INVARIANT: accepted from a TCP listener.
-        Ok(Some(Self { sock, attach: None }))
+        // INVARIANT: accepted from a TCP listener, not locked.
+        Ok(Some(Self::new(sock)))
     }
 
     /// Connects to `addr`, waiting until TCP is established or failed (may sleep for the
@@ -361,8 +403,120 @@ impl Socket {
         }
     }
 
-    /// Shuts down both directions (sends FIN; wakes the peer). The socket stays allocated.
+    /// Queues the concatenation of `bufs` without waiting; returns how many octets TCP took
+    /// (fewer than asked when the send buffer filled). `more`: more data follows at once.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close, `EINVAL`
+    /// for more than 8 buffers.
+    pub(crate) fn send(&self, bufs: &[&[u8]], more: bool) -> Result<usize> {
+        let mut vec = [b::kvec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; 8];
+        if bufs.len() > vec.len() {
+            return Err(EINVAL);
+        }
+        let mut total = 0usize;
+        for (v, buf) in vec.iter_mut().zip(bufs) {
+            v.iov_base = buf.as_ptr().cast_mut().cast();
+            v.iov_len = buf.len();
+            total += buf.len();
+        }
+        // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
+        // the kvecs describe live buffers that TCP only reads (it copies them) before
+        // returning.
+        let ret = unsafe {
+            b::rsiw_send_kvec(
+                self.sock.as_ptr(),
+                vec.as_mut_ptr(),
+                bufs.len(),
+                total,
+                more,
+                self.locked(),
+            )
+        };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Queues the `len` octets that `vecs` describe without waiting (for
+    /// [`crate::sys::mem::kmem::IoList`]); returns how many octets TCP took.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`].
+    pub(in crate::sys) fn send_kvecs(
+        &self,
+        vecs: &mut [b::kvec],
+        len: usize,
+        more: bool,
+    ) -> Result<usize> {
+        let ret =
+            // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
+            // the kvecs describe readable memory (`IoList` invariant) that TCP copies
+            // before returning.
+            unsafe {
+                b::rsiw_send_kvec(
+                    self.sock.as_ptr(),
+                    vecs.as_mut_ptr(),
+                    vecs.len(),
+                    len,
+                    more,
+                    self.locked(),
+                )
+            };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Queues the octets of `range` without waiting, handing TCP the pages themselves
+    /// where it may take a reference to them (`MSG_SPLICE_PAGES`; slab memory is copied);
+    /// returns how many octets TCP took, and how many of those it took by reference.
+    /// TCP reads a spliced page again whenever it
+    /// (re)transmits it, so changes to the memory before the peer acknowledged it reach
+    /// the wire: callers use this only where RDMA semantics allow that (see
+    /// `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
+    /// range longer than the address space.
+    pub(crate) fn send_kva(
+        &self,
+        range: &crate::sys::mem::kmem::Kva,
+        more: bool,
+    ) -> Result<(usize, usize)> {
+        let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
+        let mut spliced = 0usize;
+        // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
+        // `range` is mapped kernel memory (`Kva` invariant) that `rsiw_send_kva` either
+        // copies or takes page references to before returning.
+        let ret = unsafe {
+            b::rsiw_send_kva(
+                self.sock.as_ptr(),
+                range.addr() as usize as *const kernel::ffi::c_void,
+                len,
+                more,
+                &mut spliced,
+                self.locked(),
+            )
+        };
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok((ret as usize, spliced))
+    }
+
+    /// Shuts down both directions (sends FIN; wakes the peer). The socket stays allocated;
+    /// its lock, if owned, is released first.
     pub(crate) fn shutdown(&self) {
+        self.disown();
         // SAFETY: `self.sock` is valid (invariant).
         unsafe { b::kernel_sock_shutdown(self.sock.as_ptr(), b::sock_shutdown_cmd_SHUT_RDWR) };
     }
@@ -370,6 +524,7 @@ impl Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
+        self.disown();
         self.detach();
         // SAFETY: `self.sock` is valid and released exactly once, here (invariant).
         unsafe { b::sock_release(self.sock.as_ptr()) };
@@ -414,96 +569,6 @@ impl SockOps {
     pub(crate) fn mss(&self) -> u32 {
         // SAFETY: valid socket (invariant).
         unsafe { b::rsiw_tcp_mss(self.0.as_ptr()) }
-    }
-
-    /// Queues the concatenation of `bufs` without waiting; returns how many octets TCP took
-    /// (fewer than asked when the send buffer filled). `more`: more data follows at once.
-    ///
-    /// # Errors
-    ///
-    /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close, `EINVAL`
-    /// for more than 8 buffers.
-    pub(crate) fn send(&self, bufs: &[&[u8]], more: bool) -> Result<usize> {
-        let mut vec = [b::kvec {
-            iov_base: core::ptr::null_mut(),
-            iov_len: 0,
-        }; 8];
-        if bufs.len() > vec.len() {
-            return Err(EINVAL);
-        }
-        let mut total = 0usize;
-        for (v, buf) in vec.iter_mut().zip(bufs) {
-            v.iov_base = buf.as_ptr().cast_mut().cast();
-            v.iov_len = buf.len();
-            total += buf.len();
-        }
-        // SAFETY: valid socket; the kvecs describe live buffers that `kernel_sendmsg`
-        // only reads (it copies them) before returning.
-        let ret = unsafe {
-            b::rsiw_send_kvec(self.0.as_ptr(), vec.as_mut_ptr(), bufs.len(), total, more)
-        };
-        if ret < 0 {
-            return Err(Error::from_errno(ret));
-        }
-        Ok(ret as usize)
-    }
-
-    /// Queues the `len` octets that `vecs` describe without waiting (for
-    /// [`crate::sys::mem::kmem::IoList`]); returns how many octets TCP took.
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::send`].
-    pub(in crate::sys) fn send_kvecs(
-        &self,
-        vecs: &mut [b::kvec],
-        len: usize,
-        more: bool,
-    ) -> Result<usize> {
-        let ret =
-            // SAFETY: valid socket; the kvecs describe readable memory (`IoList`
-            // invariant) that `kernel_sendmsg` copies before returning.
-            unsafe { b::rsiw_send_kvec(self.0.as_ptr(), vecs.as_mut_ptr(), vecs.len(), len, more) };
-        if ret < 0 {
-            return Err(Error::from_errno(ret));
-        }
-        Ok(ret as usize)
-    }
-
-    /// Queues the octets of `range` without waiting, handing TCP the pages themselves
-    /// where it may take a reference to them (`MSG_SPLICE_PAGES`; slab memory is copied);
-    /// returns how many octets TCP took, and how many of those it took by reference.
-    /// TCP reads a spliced page again whenever it
-    /// (re)transmits it, so changes to the memory before the peer acknowledged it reach
-    /// the wire: callers use this only where RDMA semantics allow that (see
-    /// `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows at once.
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
-    /// range longer than the address space.
-    pub(crate) fn send_kva(
-        &self,
-        range: &crate::sys::mem::kmem::Kva,
-        more: bool,
-    ) -> Result<(usize, usize)> {
-        let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
-        let mut spliced = 0usize;
-        // SAFETY: valid socket; `range` is mapped kernel memory (`Kva` invariant) that
-        // `rsiw_send_kva` either copies or takes page references to before returning.
-        let ret = unsafe {
-            b::rsiw_send_kva(
-                self.0.as_ptr(),
-                range.addr() as usize as *const kernel::ffi::c_void,
-                len,
-                more,
-                &mut spliced,
-            )
-        };
-        if ret < 0 {
-            return Err(Error::from_errno(ret));
-        }
-        Ok((ret as usize, spliced))
     }
 
     /// Reads the receive queue through `tcp_read_sock()`: `actor` gets each chunk of data
