@@ -152,7 +152,9 @@ pub(crate) struct Socket {
 // SAFETY: the socket layer serialises the operations rsiw calls (they take the socket lock
 // or are atomic reads); the pointer may move between threads.
 unsafe impl Send for Socket {}
-// SAFETY: as above; every `&self` method may run concurrently with any other.
+// SAFETY: as above; every `&self` method may run concurrently with any other, except
+// that `own`, `disown` and the sends between them are one owner's sequence: callers
+// serialise them (a connection does so under its mutex), as `Socket::own` documents.
 unsafe impl Sync for Socket {}
 
 /// The attachment of an object to a socket.
