@@ -426,9 +426,7 @@ impl Socket {
             v.iov_len = buf.len();
             total += buf.len();
         }
-        // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
-        // the kvecs describe live buffers that TCP only reads (it copies them) before
-        // returning.
+        // SAFETY: valid socket, owned if `self.locked()`; the kvecs are live buffers TCP copies.
         let ret = unsafe {
             b::rsiw_send_kvec(
                 self.sock.as_ptr(),
@@ -458,9 +456,7 @@ impl Socket {
         more: bool,
     ) -> Result<usize> {
         let ret =
-            // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
-            // the kvecs describe readable memory (`IoList` invariant) that TCP copies
-            // before returning.
+            // SAFETY: valid socket, owned if `self.locked()`; readable kvecs (`IoList`).
             unsafe {
                 b::rsiw_send_kvec(
                     self.sock.as_ptr(),
@@ -496,9 +492,7 @@ impl Socket {
     ) -> Result<(usize, usize)> {
         let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
         let mut spliced = 0usize;
-        // SAFETY: valid socket, locked by this `Socket` if `self.locked()` (invariant);
-        // `range` is mapped kernel memory (`Kva` invariant) that `rsiw_send_kva` either
-        // copies or takes page references to before returning.
+        // SAFETY: valid socket, owned if `self.locked()`; `range` is mapped memory (`Kva`).
         let ret = unsafe {
             b::rsiw_send_kva(
                 self.sock.as_ptr(),
