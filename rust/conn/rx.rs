@@ -223,10 +223,12 @@ impl RxCtx<'_> {
                 continue;
             }
             while at < plen && len > 0 {
-                let seg = p.mr.resolve(p.to + at).ok_or(PlaceError)?;
+                let seg = p.mr.resolve(p.to + at).ok_or(PlaceError::Failed)?;
                 let n = seg.len().min(plen - at).min(len as u64);
                 let dst = seg.prefix(n);
-                chunk.copy_to_kva(pos, &dst).map_err(|_| PlaceError)?;
+                chunk
+                    .copy_to_kva(pos, &dst)
+                    .map_err(|_| PlaceError::Failed)?;
                 if let Some(c) = crc.as_deref_mut() {
                     *c = crc32c_kva(*c, &dst);
                 }
@@ -239,7 +241,7 @@ impl RxCtx<'_> {
         if len == 0 {
             Ok(())
         } else {
-            Err(PlaceError)
+            Err(PlaceError::Failed)
         }
     }
 }
@@ -320,24 +322,25 @@ impl RxStream for ChunkStream<'_, '_, '_> {
         self.pos += len;
         match *target {
             PlaceTarget::Tagged { stag, to, access } => {
-                // Resolved again with the right the engine validated: a fast-registration
-                // MR invalidated or re-registered with fewer rights since is not written.
+                // Resolved again with the right the engine validated: an MR deregistered,
+                // invalidated or re-registered with fewer rights since is not written, and
+                // the engine terminates with the check's tagged buffer error.
                 let mr = self
                     .ctx
                     .qp
                     .device()
                     .stags
                     .lookup(stag, self.ctx.pd, access_bits(access), to, len as u64)
-                    .map_err(|_| PlaceError)?;
+                    .map_err(PlaceError::Tagged)?;
                 let piece = ResolvedSge {
                     mr,
                     to,
-                    len: u32::try_from(len).map_err(|_| PlaceError)?,
+                    len: u32::try_from(len).map_err(|_| PlaceError::Failed)?,
                 };
                 RxCtx::place_pieces(self.chunk, pos, core::iter::once(&piece), 0, len, crc)
             }
             PlaceTarget::Untagged { msn, mo, .. } => {
-                let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError)?;
+                let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError::Failed)?;
                 match msg.as_ref() {
                     Some(m) if m.msn == msn => RxCtx::place_pieces(
                         self.chunk,
@@ -347,7 +350,7 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                         len,
                         crc,
                     ),
-                    _ => Err(PlaceError),
+                    _ => Err(PlaceError::Failed),
                 }
             }
         }

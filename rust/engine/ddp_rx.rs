@@ -48,7 +48,7 @@ pub use super::rx_shell::{
     Access, InvalidateCheck, MemoryLookup, MessageDone, RxEvents, TaggedCheck, TaggedDone,
     UntaggedCheck,
 };
-use super::stream::{PlaceTarget, RxStream};
+use super::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::wire::ddp::{self, DdpError, TaggedError, UntaggedError};
 use crate::wire::rdmap::{self, Opcode, OperationError, ProtectionError, RdmapError};
 use crate::wire::terminate::{TermCause, Terminate};
@@ -604,11 +604,17 @@ impl<S: Store> DdpRx<S> {
         };
         let r = s.place(&target, n, None);
         self.placed = self.placed.saturating_add(n16);
-        if r.is_err() {
-            self.verdict = Verdict::Fault(TermCause::ddp(DdpError::LocalCatastrophic));
-            self.phase = Phase::Skip;
-        } else if self.placed >= payload {
-            self.phase = Phase::Skip;
+        match r {
+            Err(e) => {
+                let cause = match e {
+                    PlaceError::Tagged(check) => check.ddp_cause(),
+                    PlaceError::Failed => TermCause::ddp(DdpError::LocalCatastrophic),
+                };
+                self.verdict = Verdict::Fault(cause);
+                self.phase = Phase::Skip;
+            }
+            Ok(()) if self.placed >= payload => self.phase = Phase::Skip,
+            Ok(()) => {}
         }
     }
 

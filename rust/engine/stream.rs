@@ -11,7 +11,7 @@
 //! TX: the engines describe an FPDU as a sequence of header octets and payload ranges and
 //! hand it to a [`TxSink`]; payload octets never pass through the engine.
 
-use super::rx_shell::Access;
+use super::rx_shell::{Access, TaggedCheck};
 
 /// Where received payload octets land. Decided by the DDP engine after validation
 /// (RFC 5041 §7.1), executed by the shell.
@@ -42,10 +42,22 @@ pub enum PlaceTarget {
     },
 }
 
-/// The shell could not complete a placement the engine had already validated (for example
-/// the target pages vanished). The engine answers with a local catastrophic error.
+/// Why the shell could not complete a placement the engine had already validated.
+///
+/// A segment's payload can arrive over many calls of [`RxStream::place`] after its header
+/// was checked, and the shell resolves a tagged buffer again on each call, so the buffer
+/// can change in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlaceError;
+pub enum PlaceError {
+    /// The tagged buffer no longer passes the check the header passed (deregistered,
+    /// invalidated, or re-registered with fewer rights or a smaller range since): the
+    /// engine answers with the DDP tagged buffer error for it (RFC 5041 §7.2,
+    /// [`TaggedCheck::ddp_cause`]), as it would have for the header.
+    Tagged(TaggedCheck),
+    /// Anything else (the target pages or the receive buffer went away): the engine answers
+    /// with a DDP local catastrophic error (RFC 5041 §7.2).
+    Failed,
+}
 
 /// A byte stream the RX engines consume from.
 ///

@@ -336,8 +336,11 @@ def test_mr_deregistered_with_transfers_in_flight(two_rsiw, procs, tmp_path, mod
     deregisters the region they use (mr_dereg_peer.py): the server's target region
     (`remote`) or the client's own source and sink (`local`). Every work request
     completes (success before the deregistration took effect, an error or a flush
-    after), both ends exit, and KASAN sees no access to the unpinned pages."""
+    after), both ends exit, and KASAN sees no access to the unpinned pages. A region
+    that goes while an FPDU for it arrives gets the DDP tagged buffer error its header
+    would have got, not a local catastrophic one (RFC 5041 §7.2)."""
     two_rsiw()
+    mark = dmesg_mark()
     p = port()
     srv = procs([sys.executable, MR_PEER, "server", IP_A, str(p), mode],
                 tmp_path / "server.txt", NS_A)
@@ -359,6 +362,9 @@ def test_mr_deregistered_with_transfers_in_flight(two_rsiw, procs, tmp_path, mod
     first_err = next((i for i, st in enumerate(statuses) if st != IBV_WC_SUCCESS),
                      len(statuses))
     assert all(st != IBV_WC_SUCCESS for st in statuses[first_err:]), statuses
+    catastrophic = [line for line in dmesg_since(mark)
+                    if "sending TERMINATE: layer 1 (DDP), type 0" in line]
+    assert not catastrophic, catastrophic
 
 
 # --- hostile user space scribbling on its own rings ------------------------------------

@@ -14,11 +14,13 @@ mod ddp_util;
 use ddp_util::*;
 use mpa_util::SliceRx;
 use proptest::prelude::*;
-use rsiw_core::engine::ddp_rx::{Access, DdpConfig, DdpRx, MessageDone, RxState, TaggedDone};
+use rsiw_core::engine::ddp_rx::{
+    Access, DdpConfig, DdpRx, MessageDone, RxState, TaggedCheck, TaggedDone,
+};
 use rsiw_core::engine::mpa_rx::MpaRx;
 use rsiw_core::engine::orq::{ReadSink, ORQ_CAPACITY};
 use rsiw_core::engine::rx_decoder::Decoder;
-use rsiw_core::engine::stream::PlaceTarget;
+use rsiw_core::engine::stream::{PlaceError, PlaceTarget};
 use rsiw_core::wire::ddp::{DdpError, TaggedError, UntaggedError};
 use rsiw_core::wire::mpa::MpaErrorCode;
 use rsiw_core::wire::rdmap::{
@@ -1062,7 +1064,7 @@ fn place_error_is_local_catastrophic() {
     let data = b.bytes();
     let mut dec = decoder(Framing::PLAIN, Config::RFC, IRD);
     let mut s = SliceRx::new(&data);
-    s.fail_place = true;
+    s.fail_place = Some(PlaceError::Failed);
     let t = dec
         .process(&mut s, &mut mem(), &mut RecEvents::default())
         .unwrap_err();
@@ -1071,6 +1073,50 @@ fn place_error_is_local_catastrophic() {
     assert!(t.ddp_header.is_none() && t.seg_len.is_none());
     assert_eq!(s.placed.len(), 1);
     assert_eq!(s.pos, data.len());
+}
+
+/// A tagged buffer that stops passing its check between a segment's header and its
+/// payload (the MR deregistered, invalidated or re-registered while the FPDU arrives): the
+/// TERMINATE names the tagged buffer error the header would have got (RFC 5041 §7.2, with
+/// the DDP header, RFC 5040 Figure 10), for an RDMA Write and for a Read Response alike,
+/// nothing completes, and the rest of the stream is not acted on.
+#[test]
+fn tagged_buffer_gone_during_its_payload_is_a_tagged_error() {
+    let checks = [
+        (TaggedCheck::InvalidStag, TaggedError::InvalidStag),
+        (TaggedCheck::AccessRights, TaggedError::InvalidStag),
+        (TaggedCheck::BaseBounds, TaggedError::BaseBounds),
+        (TaggedCheck::NotAssociated, TaggedError::StagNotAssociated),
+    ];
+    for (check, ecode) in checks {
+        for read in [false, true] {
+            let mut m = mem();
+            let mut b = plain(Config::RFC);
+            if read {
+                b.push(&rresp(0x200, 0x2100, true), &[1; 8]);
+            } else {
+                b.push(&write(0x100, 0x1000, true), &[1; 8]);
+            }
+            b.push(&write(0x100, 0x1000, true), &[2; 8]);
+            let data = b.bytes();
+            let mut dec = decoder(Framing::PLAIN, Config::RFC, IRD);
+            if read {
+                post_reads(&mut dec, &mut m, &[sink(0x200, 0x2100, 8)]);
+            }
+            let mut s = SliceRx::new(&data);
+            s.fail_place = Some(PlaceError::Tagged(check));
+            let mut ev = RecEvents::default();
+            let t = dec.process(&mut s, &mut m, &mut ev).unwrap_err();
+            assert_eq!(
+                t.cause,
+                cause_ddp(DdpError::Tagged(ecode)),
+                "{check:?} read={read}"
+            );
+            assert!(t.ddp_header.is_some(), "{check:?} read={read}");
+            assert!(ev.evs.is_empty(), "{:?}", ev.evs);
+            assert_eq!(s.placed.len(), 1);
+        }
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use mpa_util::{crc32c, hex, vectors, Ev, MockRx, SliceRx, VecTx};
 use proptest::prelude::*;
 use rsiw_core::engine::mpa_rx::{MpaRx, RxConfig, RxError, UlpduReceiver};
 use rsiw_core::engine::mpa_tx::{MpaTx, TxConfig, TxError};
-use rsiw_core::engine::stream::RxStream;
+use rsiw_core::engine::stream::{PlaceError, RxStream};
 use rsiw_core::wire::crc::CRC32C_RESIDUE;
 use rsiw_core::wire::marker::FpduPtrBase;
 use rsiw_core::wire::mpa::MpaErrorCode;
@@ -378,7 +378,7 @@ fn zero_length_ulpdu_and_place() {
     assert_eq!(placed, vec![9u8; 600]);
     // A failing placement surfaces as the receiver's error.
     let mut s = SliceRx::new(&wire);
-    s.fail_place = true;
+    s.fail_place = Some(PlaceError::Failed);
     assert_eq!(
         MpaRx::new(rxc(true, true)).process(&mut s, &mut Placer(Vec::new())),
         Err(RxError::Receiver(()))

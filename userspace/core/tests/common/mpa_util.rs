@@ -32,7 +32,8 @@ pub struct SliceRx<'a> {
     pub data: &'a [u8],
     pub pos: usize,
     pub placed: Vec<(PlaceTarget, Vec<u8>)>,
-    pub fail_place: bool,
+    /// When set, every placement is recorded and then refused with this error.
+    pub fail_place: Option<PlaceError>,
 }
 
 impl<'a> SliceRx<'a> {
@@ -41,7 +42,7 @@ impl<'a> SliceRx<'a> {
             data,
             pos: 0,
             placed: Vec::new(),
-            fail_place: false,
+            fail_place: None,
         }
     }
     fn next(&mut self, len: usize) -> &'a [u8] {
@@ -73,10 +74,9 @@ impl RxStream for SliceRx<'_> {
         let s = self.next(len);
         fold(crc, s);
         self.placed.push((*target, s.to_vec()));
-        if self.fail_place {
-            Err(PlaceError)
-        } else {
-            Ok(())
+        match self.fail_place {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
     fn skip(&mut self, len: usize, crc: Option<&mut u32>) {
