@@ -604,7 +604,7 @@ impl Conn {
         pr_dbg!("{}: connection closed: {}", this.tag, why.words());
         // Releases the timer's reference to the connection.
         g.timer = None;
-        if let Some(s) = g.sock.as_ref() {
+        if let Some(s) = g.sock.as_mut() {
             s.shutdown();
         }
         // Dropping the socket detaches it: no callback runs after this.

@@ -392,7 +392,7 @@ impl Cep {
     /// Sends what the startup engine has pending (the socket buffer takes a whole startup
     /// frame: at most 532 octets).
     fn flush_tx(g: &mut Inner) -> Result {
-        let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_mut()) else {
+        let (Some(sock), Some(st)) = (g.sock.as_mut(), g.startup.as_mut()) else {
             return Err(ENOTCONN);
         };
         while !st.tx_pending().is_empty() {
@@ -453,7 +453,7 @@ impl Cep {
     /// waiting (RFC 6581 §9.2, §9.3). The caller closes the connection next; the TERMINATE
     /// is best-effort.
     fn send_startup_terminate(g: &mut Inner) {
-        let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_ref()) else {
+        let (Some(sock), Some(st)) = (g.sock.as_mut(), g.startup.as_ref()) else {
             return;
         };
         let (Status::Failed(e), Some(n)) = (st.status(), st.negotiated()) else {
@@ -503,7 +503,7 @@ impl Cep {
         g.timer = None;
         g.state = CepState::Closed;
         g.publish();
-        if let Some(s) = g.sock.as_ref() {
+        if let Some(s) = g.sock.as_mut() {
             s.shutdown();
         }
         g.sock = None;

@@ -115,12 +115,12 @@ impl Conn {
     /// sends what was queued in large packets, where per-ACK processing would send a
     /// segment or two per ACK. A burst is bounded by `budget` and the send buffer.
     pub(super) fn transmit(this: &Arc<Conn>, g: &mut Inner, budget: u32) -> bool {
-        if let Some(s) = g.sock.as_ref() {
+        if let Some(s) = g.sock.as_mut() {
             s.own();
         }
         let more = Self::transmit_burst(this, g, budget);
         // Closing inside the burst released the socket already.
-        if let Some(s) = g.sock.as_ref() {
+        if let Some(s) = g.sock.as_mut() {
             s.disown();
         }
         more
@@ -140,7 +140,7 @@ impl Conn {
                     Ok(false) if !full => {
                         // Processing the backlog's ACKs may free the send buffer.
                         full = true;
-                        if let Some(s) = g.sock.as_ref() {
+                        if let Some(s) = g.sock.as_mut() {
                             s.disown();
                             s.own();
                         }
@@ -207,7 +207,7 @@ impl Conn {
 
     /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
     fn push_fpdu(this: &Conn, g: &mut Inner) -> Result<bool> {
-        let (Some(sock), Some(f)) = (g.sock.as_ref(), g.fpdu.as_mut()) else {
+        let (Some(sock), Some(f)) = (g.sock.as_mut(), g.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
         let mut spliced = 0;

@@ -120,7 +120,7 @@ impl TxFpdu {
     pub(super) fn push(
         &mut self,
         bufs: &mut FpduBufs,
-        sock: &Socket,
+        sock: &mut Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
         if self.zcopy {
@@ -137,7 +137,7 @@ impl TxFpdu {
     fn push_spliced(
         &mut self,
         bufs: &FpduBufs,
-        sock: &Socket,
+        sock: &mut Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
         let mut start = 0usize;
@@ -172,7 +172,7 @@ impl TxFpdu {
     /// Sends what is left of the FPDU as one gather list of its parts, all of them
     /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
-    fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &Socket) -> Result<bool> {
+    fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &mut Socket) -> Result<bool> {
         let iov = bufs.iov.take().unwrap_or_else(IoVecBuf::new);
         let mut io = IoList::new(iov, bufs.parts.len())?;
         let mut r = Ok(true);

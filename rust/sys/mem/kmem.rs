@@ -255,7 +255,7 @@ impl<'a> IoList<'a> {
     /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close.
     pub(crate) fn send(
         &mut self,
-        sock: &crate::sys::net::socket::Socket,
+        sock: &mut crate::sys::net::socket::Socket,
         from: usize,
         more: bool,
     ) -> Result<usize> {

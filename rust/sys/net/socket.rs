@@ -12,7 +12,6 @@ use crate::sys::to_result;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::{ForeignOwnable, Opaque};
@@ -142,19 +141,19 @@ impl SockAddr {
 /// is the attachment registered with `rsiw_sk_attach()` and holds a reference of the
 /// attached object; it is detached before the socket is released. `owned` is `true` exactly
 /// while this `Socket` holds the socket lock (`lock_sock()` by [`Socket::own`], not yet
-/// released).
+/// released); the methods that take or release the lock, or send under it, take
+/// `&mut self`, so one owner runs them in sequence.
 pub(crate) struct Socket {
     sock: NonNull<b::socket>,
     attach: Option<Attachment>,
-    owned: AtomicBool,
+    owned: bool,
 }
 
 // SAFETY: the socket layer serialises the operations rsiw calls (they take the socket lock
 // or are atomic reads); the pointer may move between threads.
 unsafe impl Send for Socket {}
-// SAFETY: as above; every `&self` method may run concurrently with any other, except
-// that `own`, `disown` and the sends between them are one owner's sequence: callers
-// serialise them (a connection does so under its mutex), as `Socket::own` documents.
+// SAFETY: as above; every `&self` method may run concurrently with any other. `own`,
+// `disown`, the sends and `shutdown` take `&mut self`, so they are one owner's sequence.
 unsafe impl Sync for Socket {}
 
 /// The attachment of an object to a socket.
@@ -181,7 +180,7 @@ impl Socket {
         Self {
             sock,
             attach: None,
-            owned: AtomicBool::new(false),
+            owned: false,
         }
     }
 
@@ -190,11 +189,10 @@ impl Socket {
     /// and segments and ACKs that arrive meanwhile wait in the socket's backlog, which
     /// TCP processes in one pass when the lock is released (running the socket events in
     /// the releasing context). Owning it again is a no-op. Process context, may sleep;
-    /// the caller serialises `own`/`disown` and calls nothing else that locks the socket
-    /// (`bind`, `connect`, the addresses, `set_tos`, [`SockOps::read`] with
-    /// [`SockLock::Take`]) in between.
-    pub(crate) fn own(&self) {
-        if !self.owned.swap(true, Ordering::Acquire) {
+    /// the caller calls nothing else that locks the socket (`bind`, `connect`, the
+    /// addresses, `set_tos`, [`SockOps::read`] with [`SockLock::Take`]) in between.
+    pub(crate) fn own(&mut self) {
+        if !core::mem::replace(&mut self.owned, true) {
             // SAFETY: `self.sock` is valid (invariant); process context (documented).
             unsafe { b::rsiw_sk_lock(self.sock.as_ptr()) };
         }
@@ -202,8 +200,8 @@ impl Socket {
 
     /// Releases the socket lock taken by [`Socket::own`] (`release_sock()`, which
     /// processes the backlog; may sleep); a no-op if not owned.
-    pub(crate) fn disown(&self) {
-        if self.owned.swap(false, Ordering::Release) {
+    pub(crate) fn disown(&mut self) {
+        if core::mem::replace(&mut self.owned, false) {
             // SAFETY: `self.sock` is valid and this `Socket` holds its lock (invariant).
             unsafe { b::rsiw_sk_unlock(self.sock.as_ptr()) };
         }
@@ -211,7 +209,7 @@ impl Socket {
 
     /// Whether this `Socket` holds the socket lock ([`Socket::own`]).
     fn locked(&self) -> bool {
-        self.owned.load(Ordering::Relaxed)
+        self.owned
     }
 
     /// Creates a TCP socket of `family` (`AF_INET`/`AF_INET6`) in the network namespace
@@ -412,7 +410,7 @@ impl Socket {
     ///
     /// `EAGAIN` when nothing could be queued, `EPIPE`/`ECONNRESET` after close, `EINVAL`
     /// for more than 8 buffers.
-    pub(crate) fn send(&self, bufs: &[&[u8]], more: bool) -> Result<usize> {
+    pub(crate) fn send(&mut self, bufs: &[&[u8]], more: bool) -> Result<usize> {
         let mut vec = [b::kvec {
             iov_base: core::ptr::null_mut(),
             iov_len: 0,
@@ -450,7 +448,7 @@ impl Socket {
     ///
     /// As [`Self::send`].
     pub(in crate::sys) fn send_kvecs(
-        &self,
+        &mut self,
         vecs: &mut [b::kvec],
         len: usize,
         more: bool,
@@ -486,7 +484,7 @@ impl Socket {
     /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
     /// range longer than the address space.
     pub(crate) fn send_kva(
-        &self,
+        &mut self,
         range: &crate::sys::mem::kmem::Kva,
         more: bool,
     ) -> Result<(usize, usize)> {
@@ -511,7 +509,7 @@ impl Socket {
 
     /// Shuts down both directions (sends FIN; wakes the peer). The socket stays allocated;
     /// its lock, if owned, is released first.
-    pub(crate) fn shutdown(&self) {
+    pub(crate) fn shutdown(&mut self) {
         self.disown();
         // SAFETY: `self.sock` is valid (invariant).
         unsafe { b::kernel_sock_shutdown(self.sock.as_ptr(), b::sock_shutdown_cmd_SHUT_RDWR) };
