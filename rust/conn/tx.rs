@@ -157,13 +157,11 @@ impl Conn {
                 return true;
             }
             if g.job.is_some() && this.terminate_due() {
-                // RFC 5040 §7.1: the TERMINATE goes before the rest of the message.
+                // RFC 5040 §7.1: the TERMINATE goes before the rest of the message. The
+                // session reports the due TERMINATE (`Event::Failed`) before anything
+                // else, so `sync_session` fails the QP here, which abandons the message
+                // and flushes its WQE; `next_job` then starts the TERMINATE.
                 Self::sync_session(this, g);
-                if let Some((JobKind::Sqe(w), _)) = g.job.take() {
-                    if let Some(qp) = g.qp.as_ref() {
-                        Qp::complete_send(qp.qp(), &w, WcStatus::GeneralErr, 0);
-                    }
-                }
                 g.job = None;
                 g.tx.abort();
             }
