@@ -181,40 +181,59 @@ static struct page *rsiw_kva_page(const void *p)
 	return NULL;
 }
 
-/* Pages per sendmsg call of rsiw_send_kva(): 64 KiB with 4 KiB pages. */
-#define RSIW_SEND_BVECS 16
+/*
+ * Pages per sendmsg call of rsiw_send_kvas(): a whole FPDU of up to 64768 octets (17
+ * pages of 4 KiB when it does not start on a page boundary) in one call.
+ */
+#define RSIW_SEND_BVECS 32
 
-int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
-		  size_t *spliced, bool locked)
+int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, size_t len,
+		   bool more, size_t *spliced, bool locked)
 {
 	struct bio_vec bvec[RSIW_SEND_BVECS];
-	size_t done = 0;
+	size_t done = 0, r = 0, roff = 0;
 
-	while (done < len) {
+	while (done < len && r < nr) {
 		struct msghdr msg = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
-		size_t chunk = 0;
+		size_t chunk = 0, cr = r, croff = roff;
 		unsigned int n = 0;
 		bool splice = false;
 		int rv;
 
-		/* A run of pages that are all spliced or all copied. */
-		while (n < RSIW_SEND_BVECS && done + chunk < len) {
-			const void *p = kva + done + chunk;
-			unsigned int off = offset_in_page(p);
-			size_t l = min_t(size_t, PAGE_SIZE - off, len - done - chunk);
-			struct page *page = rsiw_kva_page(p);
+		/* A run of pages that are all spliced or all copied, across the ranges. */
+		while (n < RSIW_SEND_BVECS && cr < nr) {
+			const void *p = ranges[cr].iov_base + croff;
+			size_t l = min_t(size_t, PAGE_SIZE - offset_in_page(p),
+					 ranges[cr].iov_len - croff);
+			struct page *page;
 			bool ok;
 
-			if (!page)
+			if (!l) {
+				cr++;
+				croff = 0;
+				continue;
+			}
+			page = rsiw_kva_page(p);
+			if (!page) {
+				if (n)
+					break;
 				return done ? done : -EFAULT;
+			}
 			ok = sendpage_ok(page);
 			if (n == 0)
 				splice = ok;
 			else if (ok != splice)
 				break;
-			bvec_set_page(&bvec[n++], page, l, off);
+			bvec_set_page(&bvec[n++], page, l, offset_in_page(p));
 			chunk += l;
+			croff += l;
+			if (croff == ranges[cr].iov_len) {
+				cr++;
+				croff = 0;
+			}
 		}
+		if (!n)
+			break;
 		if (splice)
 			msg.msg_flags |= MSG_SPLICE_PAGES;
 		if (more || done + chunk < len)
@@ -228,6 +247,8 @@ int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
 			*spliced += rv;
 		if (rv < chunk)
 			break;
+		r = cr;
+		roff = croff;
 	}
 	return done;
 }

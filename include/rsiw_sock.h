@@ -81,16 +81,19 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
 		   bool locked);
 
 /*
- * Queues @len octets of kernel memory at @kva (linear map or vmalloc) without copying
- * where TCP may take a page reference (MSG_SPLICE_PAGES on pages that are sendpage_ok();
- * slab pages are copied).  TCP reads spliced pages when it (re)transmits, so their
- * contents go on the wire as they are then: the caller decides whether that is acceptable
- * for the message.  Returns the octets queued or a negative errno (-EAGAIN when the send
- * buffer is full, -EFAULT for an address with no struct page).  Adds the octets queued
- * by page reference to *@spliced.  @locked as for rsiw_send_kvec().
+ * Queues the @len octets of the @nr ranges of kernel memory @ranges (linear map or
+ * vmalloc), in order, without copying where TCP may take a page reference
+ * (MSG_SPLICE_PAGES on pages that are sendpage_ok(); slab pages are copied).  The pages
+ * of consecutive ranges go in one sendmsg call (up to RSIW_SEND_BVECS pages) whether or
+ * not they are contiguous, so TCP sizes its packets by the whole run, not by each
+ * range.  TCP reads spliced pages when it (re)transmits, so their contents go on the wire
+ * as they are then: the caller decides whether that is acceptable for the message.
+ * Returns the octets queued or a negative errno (-EAGAIN when the send buffer is full,
+ * -EFAULT for an address with no struct page).  Adds the octets queued by page reference
+ * to *@spliced.  @locked as for rsiw_send_kvec().
  */
-int rsiw_send_kva(struct socket *sock, const void *kva, size_t len, bool more,
-		  size_t *spliced, bool locked);
+int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, size_t len,
+		   bool more, size_t *spliced, bool locked);
 
 /* sk->sk_state (TCP_*), tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);

@@ -131,31 +131,47 @@ impl TxFpdu {
     }
 
     /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
-    /// copied, payload ranges spliced ([`Socket::send_kva`]); adds the octets TCP took by
-    /// reference to `spliced`. Returns `Ok(true)` once all of it is queued, `Ok(false)`
-    /// when the send buffer is full.
+    /// copied, each run of payload ranges spliced in one call ([`Socket::send_kvas`]);
+    /// adds the octets TCP took by reference to `spliced`. Returns `Ok(true)` once all of
+    /// it is queued, `Ok(false)` when the send buffer is full.
     fn push_spliced(
         &mut self,
         bufs: &FpduBufs,
         sock: &mut Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
+        let parts = &bufs.parts[..];
         let mut start = 0usize;
-        for p in bufs.parts.iter() {
-            let plen = match p {
-                Part::Own { len, .. } => *len,
-                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
-            };
-            let end = start + plen;
+        let mut i = 0;
+        while let Some(p) = parts.get(i) {
+            // Parts `i..j` are sent as one: an own part, or a run of payload ranges.
+            let mut j = i + 1;
+            let mut end = start;
+            match p {
+                Part::Own { len, .. } => end += *len,
+                Part::Mem(_) => {
+                    j = i;
+                    while let Some(Part::Mem(k)) = parts.get(j) {
+                        end += usize::try_from(k.len()).map_err(|_| EINVAL)?;
+                        j += 1;
+                    }
+                }
+            }
             while self.sent < end {
                 let skip = self.sent - start;
                 let more = !self.last || end < self.len;
                 let r = match p {
-                    Part::Own { off, .. } => sock.send(&[&bufs.own[off + skip..off + plen]], more),
-                    Part::Mem(k) => sock.send_kva(&k.skip(skip as u64), more).map(|(n, z)| {
-                        *spliced += z;
-                        n
-                    }),
+                    Part::Own { off, len } => sock.send(&[&bufs.own[off + skip..off + len]], more),
+                    Part::Mem(_) => {
+                        let ranges = parts[i..j].iter().filter_map(|p| match p {
+                            Part::Mem(k) => Some(k),
+                            Part::Own { .. } => None,
+                        });
+                        sock.send_kvas(ranges, skip, more).map(|(n, z)| {
+                            *spliced += z;
+                            n
+                        })
+                    }
                 };
                 match r {
                     Ok(0) => return Ok(false),
@@ -165,6 +181,7 @@ impl TxFpdu {
                 }
             }
             start = end;
+            i = j;
         }
         Ok(self.sent >= self.len)
     }

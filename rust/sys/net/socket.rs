@@ -132,6 +132,9 @@ impl SockAddr {
     }
 }
 
+/// Ranges of memory [`Socket::send_kvas`] offers TCP per call.
+pub(crate) const SEND_RANGES: usize = 32;
+
 /// A kernel TCP socket, owned.
 ///
 /// # Invariants
@@ -471,32 +474,65 @@ impl Socket {
         Ok(ret as usize)
     }
 
-    /// Queues the octets of `range` without waiting, handing TCP the pages themselves
-    /// where it may take a reference to them (`MSG_SPLICE_PAGES`; slab memory is copied);
-    /// returns how many octets TCP took, and how many of those it took by reference.
-    /// TCP reads a spliced page again whenever it
-    /// (re)transmits it, so changes to the memory before the peer acknowledged it reach
-    /// the wire: callers use this only where RDMA semantics allow that (see
-    /// `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows at once.
+    /// Queues the octets of `ranges` from octet `skip` on, in order, without waiting,
+    /// handing TCP the pages themselves where it may take a reference to them
+    /// (`MSG_SPLICE_PAGES`; slab memory is copied); returns how many octets TCP took, and
+    /// how many of those it took by reference. The pages of consecutive ranges go to TCP
+    /// in one `sendmsg` call (up to 32 pages), contiguous or not: TCP sizes its packets by
+    /// what one call queues, and a call per range of a physically scattered buffer (one
+    /// page each) made it send a packet or two per page. At most [`SEND_RANGES`] ranges
+    /// are offered per call (fewer octets are taken then). TCP reads a spliced page again
+    /// whenever it (re)transmits it, so changes to the memory before the peer
+    /// acknowledged it reach the wire: callers use this only where RDMA semantics allow
+    /// that (see `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows
+    /// at once.
     ///
     /// # Errors
     ///
     /// As [`Self::send`]; `EFAULT` for memory without a `struct page`, `EINVAL` for a
     /// range longer than the address space.
-    pub(crate) fn send_kva(
+    pub(crate) fn send_kvas<'a>(
         &mut self,
-        range: &crate::sys::mem::kmem::Kva,
+        ranges: impl IntoIterator<Item = &'a crate::sys::mem::kmem::Kva>,
+        skip: usize,
         more: bool,
     ) -> Result<(usize, usize)> {
-        let len = usize::try_from(range.len()).map_err(|_| EINVAL)?;
+        let mut vec = [b::kvec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; SEND_RANGES];
+        let mut n = 0;
+        let mut total = 0usize;
+        let mut skip = u64::try_from(skip).map_err(|_| EINVAL)?;
+        let mut rest = false;
+        for k in ranges {
+            if skip >= k.len() {
+                skip -= k.len();
+                continue;
+            }
+            let Some(v) = vec.get_mut(n) else {
+                rest = true;
+                break;
+            };
+            let k = k.skip(skip);
+            skip = 0;
+            v.iov_base = k.addr() as usize as *mut c_void;
+            v.iov_len = usize::try_from(k.len()).map_err(|_| EINVAL)?;
+            total = total.checked_add(v.iov_len).ok_or(EINVAL)?;
+            n += 1;
+        }
+        if n == 0 {
+            return Ok((0, 0));
+        }
         let mut spliced = 0usize;
-        // SAFETY: valid socket, owned if `self.locked()`; `range` is mapped memory (`Kva`).
+        // SAFETY: valid socket, owned if `self.locked()`; each kvec is mapped memory (`Kva`).
         let ret = unsafe {
-            b::rsiw_send_kva(
+            b::rsiw_send_kvas(
                 self.sock.as_ptr(),
-                range.addr() as usize as *const kernel::ffi::c_void,
-                len,
-                more,
+                vec.as_ptr(),
+                n,
+                total,
+                more || rest,
                 &mut spliced,
                 self.locked(),
             )
