@@ -142,6 +142,25 @@ def legs_of(nodeid):
     return ("debug",) if DEBUG_LEG.search(name) else ("stock",)
 
 
+def pytest_runtest_logreport(report):
+    """With RSIW_SOAK=1, prints a failed or erroring phase of a test at once, not only in
+    the summary at the end of the run: an hours-long soak that is stopped early (or runs
+    out of time) still shows why a case failed."""
+    if SOAK and report.failed and _terminal:
+        _terminal.write_line(f"\n--- {report.nodeid} failed in {report.when}:\n"
+                             f"{report.longreprtext}\n")
+
+
+_terminal = None
+"""pytest's terminal reporter, for pytest_runtest_logreport."""
+
+
+def pytest_sessionstart(session):
+    # At pytest_configure the terminal reporter is not registered yet.
+    global _terminal
+    _terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+
+
 def pytest_collection_modifyitems(config, items):
     """Keeps the tests of the leg RSIW_LEG names (if any), and runs the NVMe-oF tests last:
     they can trigger a known upstream lockdep report (KNOWN_UPSTREAM), after which lockdep
