@@ -1273,7 +1273,10 @@ def test_read_depth_128_two_ns(two_rsiw, procs, tmp_path):
     srv.wait(T_SERVER)
     assert rc == 0, cli.output()
     rows = table_rows(cli.output())
-    assert rows and float(rows[0][3]) > 0, cli.output()
+    # perftest's duration mode (-D) prints a rate of 0.00 when the run's progress was too
+    # uneven to fit a line ("Correlation coefficient r^2 ... < 0.9", seen on a loaded
+    # host); the Reads that completed are its iteration count.
+    assert rows and int(rows[0][1]) > 0, cli.output()
     assert seen, f"no busy Read QPs seen: {a} {b}"
     src, ini = seen
     assert all(q["ird"] == 128 for q in src), src
