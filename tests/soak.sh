@@ -24,7 +24,8 @@ mkdir -p "$out"
 # load/unload cycles on a second debug guest, and the stock kernel's cases. Much of a soak
 # case's time is waiting (netem, timeouts, TCP retransmission), so three guests on two cores
 # finish well before one guest running them in turn.
-pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=20)
+# The captured output of every case goes into the JUnit XML (the memory figures below).
+pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=20 -o junit_logging=system-out)
 log "soak: three guests side by side (hours under TCG); their logs: $out/*.log, a heartbeat each minute"
 run_logged "$out/debug-reliability.log" "$RSIW_TOP/tests/vm-run.sh" --kernel debug \
 	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
@@ -57,9 +58,13 @@ python3 - "$out/junit-debug-reliability.xml" "$out/junit-debug-link.xml" "$out/j
 import os
 import sys
 import xml.etree.ElementTree as ET
-cases = [(kernel, c) for kernel, path in zip(("debug", "debug", "stock"), sys.argv[1:])
+parts = list(zip(("debug", "debug", "stock"), sys.argv[1:]))
+cases = [(kernel, c) for kernel, path in parts
          if os.path.exists(path) for c in ET.parse(path).getroot().iter("testcase")]
-rows = []
+# A guest that wrote no XML (it crashed or timed out) counts as a failed case.
+rows = [(f"{kernel}: {os.path.basename(path)} (no results)", 0.0, "ERROR")
+        for kernel, path in parts if not os.path.exists(path)]
+figures = []
 for kernel, c in cases:
     verdict = "pass"
     for kind in ("failure", "error", "skipped"):
@@ -67,11 +72,18 @@ for kernel, c in cases:
             verdict = {"failure": "FAIL", "error": "ERROR", "skipped": "skip"}[kind]
     rows.append((f"{kernel}: " + c.get("classname", "").split(".")[-1] + "::" + c.get("name"),
                  float(c.get("time", 0)), verdict))
+    if "connection_cycles" in c.get("name", ""):
+        out = c.findtext("system-out") or ""
+        figures += [f"{kernel}: {line.strip()}" for line in out.splitlines()
+                    if "KiB" in line]
 w = max(len(r[0]) for r in rows)
 print(f"{'case':<{w}}  {'seconds':>8}  verdict")
 for name, t, v in rows:
     print(f"{name:<{w}}  {t:8.1f}  {v}")
 bad = [r for r in rows if r[2] in ("FAIL", "ERROR")]
+if figures:
+    print("memory of the connection cycles (kmalloc and vmalloc, KiB):")
+    print("\n".join(figures))
 print(f"soak: {len(rows) - len(bad)} of {len(rows)} cases passed or skipped, {len(bad)} failed")
 sys.exit(1 if bad else 0)
 PY
