@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make soak`: the long forms of the tests, with RSIW_SOAK=1.
 #   - on the debug kernel (KASAN, lockdep, kmemleak): minutes of netem-impaired traffic
-#     (1000 verified pings and 50-iteration perftest runs for each of the twelve cases), 40
-#     rounds of failing allocations, every kill and removal case of
+#     (1000 verified pings and perftest runs of 50 x 64 KiB and 10 x 1 MiB a tool for
+#     each of the twelve cases), 40 rounds of failing allocations, every kill and removal
+#     case of
 #     tests/guest/test_reliability.py, 120 s of scribbling on mapped rings per victim,
 #     2,000 rdma_cm connection cycles (kmemleak sees a leak of one connection as well as of
 #     10,000, which take about 40 minutes there) and 500 connections held at once, the resets and
