@@ -1317,17 +1317,22 @@ def test_impaired_link_two_ns(two_rsiw, procs, tmp_path, name, netem, params):
     # KB/s across a link losing 1 % (iperf3 as well), so 50 MiB a tool would take minutes.
     pings, iters = (1000, {65536: "50", 1048576: "10"}) if SOAK else \
         (50, {65536: "5", 1048576: "5"})
+    # 1000 pings across 5 ms of delay each way took the debug kernel 300 s beside four
+    # other guests: the soak's limit is longer (a hang still ends the run).
+    limit = 3 * T_CLIENT if SOAK else T_CLIENT
     p = port()
     server, client = rping_argvs(IP_A, p, pings, IP_B)
-    errs = check_rping(f"rping ({name})", pings, *pair(procs, tmp_path, "rping", server,
-                                                          client, DUT, IP_A, p, NS_A, NS_B))
+    errs = check_rping(f"rping ({name})", pings,
+                       *pair(procs, tmp_path, "rping", server, client, DUT, IP_A, p, NS_A,
+                             NS_B, client_timeout=limit))
     for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
         for size in (65536, 1048576):
             p = port()
             srv, cli = perftest_argvs(tool, DUT2, p, ["-s", str(size), "-n", iters[size]], IP_A,
                                       IP_B)
             srv[srv.index("-d") + 1] = DUT
-            res = pair(procs, tmp_path, f"{tool}-{size}", srv, cli, DUT, IP_A, p, NS_A, NS_B)
+            res = pair(procs, tmp_path, f"{tool}-{size}", srv, cli, DUT, IP_A, p, NS_A, NS_B,
+                       client_timeout=limit)
             errs += check_perftest(f"{tool} ({name})", tool, str(size), *res)
     # The impairment was there: netem on both ends (its drops counted for loss), or the
     # small MTU.
