@@ -3,8 +3,7 @@
 #   - on the debug kernel (KASAN, lockdep, kmemleak): minutes of netem-impaired traffic
 #     (1000 verified pings and perftest runs of 50 x 64 KiB and 10 x 1 MiB a tool for
 #     each of the twelve cases), 40 rounds of failing allocations, every kill and removal
-#     case of
-#     tests/guest/test_reliability.py, 120 s of scribbling on mapped rings per victim,
+#     case of tests/guest/test_reliability.py, 120 s of scribbling on mapped rings per victim,
 #     2,000 rdma_cm connection cycles (kmemleak sees a leak of one connection as well as of
 #     10,000, which take about 40 minutes there) and 500 connections held at once, the resets and
 #     the zero-window Read Response of test_hostile.py, 40 module load/unload cycles;
@@ -22,9 +21,11 @@ rm -rf "$out"
 mkdir -p "$out"
 # Five guests side by side, each test in one of them: the reliability file on the debug
 # kernel (its kmemleak scan covers that file), the impaired links, resets, zero windows and
-# load/unload cycles on three more debug guests, and the stock kernel's cases. Much of a
-# soak case's time is waiting (netem, timeouts, TCP retransmission), so five guests on two
-# cores finish well before one guest running them in turn.
+# load/unload cycles on three more debug guests, and the stock kernel's cases. On two
+# cores the guests are CPU-bound (load average 8, no idle time), so they share the CPU
+# rather than multiply it; what the split buys is the cases' waits (netem delays, TCP
+# recovery, the CM's timers) overlapping the other guests' work, and parts that end
+# (and keep their results) independently.
 # The captured output of every case goes into the JUnit XML (the memory figures below).
 pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=20 -o junit_logging=system-out)
 log "soak: five guests side by side (hours under TCG); their logs: $out/*.log, a heartbeat each minute"
@@ -33,8 +34,8 @@ run_logged "$out/debug-reliability.log" "$RSIW_TOP/tests/vm-run.sh" --kernel deb
 	env RSIW_SOAK=1 RSIW_CYCLES=2000 "${pytest_argv[@]}" \
 	--junitxml=build/soak/junit-debug-reliability.xml tests/guest/test_reliability.py &
 rel_pid=$!
-# The impaired links wait on TCP's recovery more than they compute (iperf3 across a veth
-# losing 1 % moves a tenth of what it moves without loss), so three guests share them.
+# The impaired links are the longest part (a netem case took 13-20 min beside four other
+# guests, 3.5-4 min alone): three guests share them.
 link_pids=()
 for part in "loss" "jitter or reorder" "duplicate or mtu576 or reset_in_the_middle or zero_window or load_unload"; do
 	n=${#link_pids[@]}
