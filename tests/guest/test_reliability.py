@@ -53,16 +53,43 @@ def moved(dev):
     return c["tx_octets"] + c["rx_octets"]
 
 
+def transfer_state(dev, base, t0, seen):
+    """What a stalled or slow transfer looked like: the octets `dev` moved since `base`,
+    the seconds at which they last grew (`seen`: [(seconds, octets)] sampled by the
+    caller since `t0`), and both namespaces' TCP sockets (`ss -tmi`: queues, window,
+    retransmissions)."""
+    now = moved(dev) - base
+    last = min((t for t, o in seen if o == now), default=None) if now else None
+    socks = "".join(sh(f"ip netns exec {ns} ss -tmi", check=False).stdout
+                    for ns in (NS_A, NS_B))
+    return (f"{now} octets moved in {time.monotonic() - t0:.0f} s"
+            + (f", the last of them by {last:.0f} s" if last is not None else "")
+            + f"; octets by second: {seen[-12:]}\nTCP sockets:\n{socks[-3000:]}")
+
+
 def wait_moving(dev, octets, what, procs_alive=()):
-    """Waits until `dev` has moved `octets` more than now."""
+    """Waits until `dev` has moved `octets` more than now; fails, saying how far the
+    transfer got (`transfer_state`), if one of `procs_alive` exits first or the client
+    deadline passes."""
     base = moved(dev)
+    t0 = time.monotonic()
+    seen = []
 
     def going():
+        got = moved(dev) - base
+        t = time.monotonic() - t0
+        if not seen or t - seen[-1][0] >= 1:
+            seen.append((round(t), got))
         for b in procs_alive:
-            assert b.p.poll() is None, f"{what}: exited early ({b.p.returncode}):\n" + \
-                b.output()[-3000:]
-        return moved(dev) - base >= octets
-    wait_for(going, timeout=T_CLIENT, what=f"{what}: {octets} octets moved")
+            assert b.p.poll() is None, f"{what}: exited early ({b.p.returncode}), " + \
+                transfer_state(dev, base, t0, seen) + "\n" + b.output()[-3000:]
+        return got >= octets
+    try:
+        wait_for(going, timeout=T_CLIENT, what=f"{what}: {octets} octets moved")
+    except AssertionError as e:
+        if "timed out" not in str(e):
+            raise
+        raise AssertionError(f"{e}: " + transfer_state(dev, base, t0, seen)) from None
 
 
 def start_pair(procs, tmp_path, tool, extra):
