@@ -45,6 +45,11 @@ from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
 T_SURVIVE = 90
 """Seconds the survivor of a killed peer has to notice it and exit."""
 
+MOVING = 1 << 20
+"""Octets a transfer moves before a test does something to it: 16 Writes of 64 KiB, some
+700 FPDUs. The debug kernel beside five other guests moved about 40 kB/s in a make soak
+run: 4 MiB took longer than ib_write_bw's 30 s run."""
+
 
 
 def moved(dev):
@@ -126,8 +131,8 @@ def test_peer_killed_mid_transfer(two_rsiw, procs, tmp_path, tool, victim):
     both devices are removed after (the fixture). rping takes the disconnect event as
     the end of its run (it exits 0 after printing it); perftest fails with an error."""
     two_rsiw()
-    # Long enough that 4 MiB move before the run ends on a loaded host (the debug kernel
-    # beside three other guests moved less in 20 s); the kill ends the run early.
+    # Long enough that MOVING octets move before the run ends on a loaded host; the kill
+    # ends the run early.
     duration = 60
     if tool == "rping":
         # Count 0 (start_pair): ping until stopped; 16 KiB Reads and Writes.
@@ -135,7 +140,7 @@ def test_peer_killed_mid_transfer(two_rsiw, procs, tmp_path, tool, victim):
     else:
         extra = ["-s", "65536", "-D", str(duration)]
     srv, cli = start_pair(procs, tmp_path, tool, extra)
-    wait_moving(DUT, 4 << 20, tool, (srv, cli))
+    wait_moving(DUT, MOVING, tool, (srv, cli))
     dead, survivor = (srv, cli) if victim == "server" else (cli, srv)
     dead.signal(signal.SIGKILL)
     assert dead.wait(30) is not None, f"{victim} did not die"
@@ -293,7 +298,7 @@ def test_rmmod_during_a_transfer_takes_the_devices_away(two_rsiw, procs, tmp_pat
         pytest.skip("the C siw has no disassociate_ucontext: the core refuses rmmod in use")
     two_rsiw()
     srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
-    wait_moving(DUT, 4 << 20, "rping", (srv, cli))
+    wait_moving(DUT, MOVING, "rping", (srv, cli))
     r = sh("rmmod rsiw", check=False, timeout=T_CLIENT)
     print(f"rmmod: {r.returncode} {r.stdout}{r.stderr}")
     assert r.returncode == 0, f"rmmod rsiw failed while rping ran: {r.stderr}"
@@ -315,9 +320,10 @@ def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
     With the C siw (stand-in mode), which cannot disassociate, the core waits for the
     programs to close the device instead."""
     two_rsiw()
-    duration = 10 if STANDIN else 30
+    # Long enough on a loaded host that the link goes during the run (MOVING).
+    duration = 10 if STANDIN else 60 if SOAK else 30
     srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", str(duration)])
-    wait_moving(DUT, 4 << 20, "ib_write_bw", (srv, cli))
+    wait_moving(DUT, MOVING, "ib_write_bw", (srv, cli))
     t0 = time.monotonic()
     r = sh(f"rdma link del {dev}", check=False, timeout=T_CLIENT + duration)
     took = time.monotonic() - t0
@@ -340,7 +346,7 @@ def test_veth_deleted_during_transfer(two_rsiw, procs, tmp_path):
     two_rsiw()
     mark = dmesg_mark()
     srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
-    wait_moving(DUT, 4 << 20, "rping", (srv, cli))
+    wait_moving(DUT, MOVING, "rping", (srv, cli))
     sh(f"ip -n {NS_A} link del {VETH_A}", timeout=T_CLIENT)
     wait_for(lambda: not any(os.path.exists(f"/sys/class/infiniband/{d}")
                              for d in (DUT, DUT2)),
