@@ -360,8 +360,8 @@ impl<T: Objects> CmId<T> {
         e.event = ev.kind.to_c();
         e.status = ev.status;
         if let Some((l, r)) = ev.addrs {
-            e.local_addr = *l.storage();
-            e.remote_addr = *r.storage();
+            e.local_addr = l.storage();
+            e.remote_addr = r.storage();
         }
         let len = ev.private_data.len().min(255);
         e.private_data = ev.private_data.as_ptr().cast_mut().cast();

@@ -80,6 +80,9 @@ unsafe impl Pod for bindings::siw_sge {}
 // SAFETY: a family number followed by padding octets (a union of those and an alignment
 // pointer).
 unsafe impl Pod for bindings::__kernel_sockaddr_storage {}
+// SAFETY: integers: the family, the port, the flow label, the address (a union of
+// integer arrays) and the scope.
+unsafe impl Pod for bindings::sockaddr_in6 {}
 // SAFETY: a raw pointer and nullable function pointers.
 unsafe impl Pod for bindings::rsiw_sk_cb {}
 // SAFETY: integers, socket address storage and raw pointers.

@@ -8,7 +8,7 @@
 //! runs in softirq or process context and must not sleep.
 
 use crate::sys::bindings as b;
-use crate::sys::to_result;
+use crate::sys::{to_result, Pod};
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -45,10 +45,18 @@ pub(crate) mod tcp_state {
     pub(crate) const CLOSE_WAIT: i32 = 8;
 }
 
-/// An IPv4 or IPv6 socket address (`struct sockaddr_storage`, addresses and ports in
-/// network order as the kernel keeps them).
+/// An IPv4 or IPv6 socket address, addresses and ports in network order as the kernel
+/// keeps them: a `struct sockaddr_in6`, or a `struct sockaddr_in` in its first octets
+/// (28 octets instead of a `struct sockaddr_storage`'s 128; every connection endpoint
+/// holds two).
+///
+/// # Invariants
+///
+/// The family field (the first two octets of both layouts) says which layout the octets
+/// hold; an address of another family is never used as an IP address (the socket calls
+/// reject it by [`SockAddr::len`]).
 #[derive(Clone, Copy)]
-pub(crate) struct SockAddr(b::__kernel_sockaddr_storage);
+pub(crate) struct SockAddr(b::sockaddr_in6);
 
 /// Who holds a socket's lock for [`SockOps::read`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +77,8 @@ impl core::fmt::Display for SockAddr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut buf = [0u8; 64];
         let (out, cap) = (buf.as_mut_ptr().cast(), buf.len() as i32);
-        // SAFETY: a whole sockaddr_storage; the shim writes at most `cap` octets to `out`.
+        // SAFETY: a whole address of the family it names (type invariant), which is all
+        // `%pISpc` reads; the shim writes at most `cap` octets to `out`.
         let n = unsafe { b::rsiw_sockaddr_fmt(self.as_ptr(), out, cap) };
         let n = usize::try_from(n).unwrap_or(0).min(buf.len());
         f.write_str(core::str::from_utf8(&buf[..n]).unwrap_or("?"))
@@ -83,38 +92,59 @@ impl kernel::fmt::Display for SockAddr {
 }
 
 impl SockAddr {
-    /// A copy of `ss`.
+    /// The address in `ss` (its first 28 octets: all of an IPv4 or IPv6 address).
     pub(crate) fn from_storage(ss: &b::__kernel_sockaddr_storage) -> Self {
-        Self(*ss)
+        let mut a = b::sockaddr_in6::zeroed();
+        // SAFETY: both are plain integers and padding; `sockaddr_storage` (128 octets) is
+        // larger than `sockaddr_in6` (28), so the copy reads and writes within both.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(ss).cast::<u8>(),
+                core::ptr::from_mut(&mut a).cast::<u8>(),
+                core::mem::size_of::<b::sockaddr_in6>(),
+            )
+        };
+        // INVARIANT: the family came with the octets it describes.
+        Self(a)
+    }
+
+    /// The address as a `struct sockaddr_storage` (zeroes after it), for `iw_cm`
+    /// structures.
+    pub(crate) fn storage(&self) -> b::__kernel_sockaddr_storage {
+        let mut ss = b::__kernel_sockaddr_storage::zeroed();
+        // SAFETY: as in `from_storage`, the other way round.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(&self.0).cast::<u8>(),
+                core::ptr::from_mut(&mut ss).cast::<u8>(),
+                core::mem::size_of::<b::sockaddr_in6>(),
+            )
+        };
+        ss
     }
 
     /// The address family (`AF_INET` = 2, `AF_INET6` = 10, other values are rejected by
     /// the socket calls with `EAFNOSUPPORT`).
     pub(crate) fn family(&self) -> u16 {
-        // SAFETY: every variant of the union starts with the family (integers only).
-        unsafe { self.0.__bindgen_anon_1.__bindgen_anon_1.ss_family }
+        self.0.sin6_family
     }
 
     /// Whether the address is the IPv4 or IPv6 wildcard (any address).
     pub(crate) fn is_wildcard(&self) -> bool {
-        // SAFETY: the storage is large enough for both `sockaddr_in` and `sockaddr_in6`
-        // and every bit pattern is a valid one of those.
-        unsafe {
-            let p = core::ptr::from_ref(&self.0);
-            match u32::from(self.family()) {
-                b::AF_INET => (*p.cast::<b::sockaddr_in>()).sin_addr.s_addr == 0,
-                b::AF_INET6 => {
-                    let a = (*p.cast::<b::sockaddr_in6>()).sin6_addr.in6_u.u6_addr8;
-                    a.iter().all(|&x| x == 0)
-                }
-                _ => false,
+        match u32::from(self.family()) {
+            b::AF_INET => {
+                let p = core::ptr::from_ref(&self.0).cast::<b::sockaddr_in>();
+                // SAFETY: `sockaddr_in` (16 octets, 4-aligned, integers only) fits in the
+                // `sockaddr_in6` (28 octets, 4-aligned), whose first octets hold it
+                // (invariant).
+                unsafe { (*p).sin_addr.s_addr == 0 }
             }
+            // SAFETY: the union's members are integer arrays; every bit pattern is valid.
+            b::AF_INET6 => unsafe { self.0.sin6_addr.in6_u.u6_addr8 }
+                .iter()
+                .all(|&x| x == 0),
+            _ => false,
         }
-    }
-
-    /// The storage, for `iw_cm` structures.
-    pub(crate) fn storage(&self) -> &b::__kernel_sockaddr_storage {
-        &self.0
     }
 
     fn as_ptr(&self) -> *mut b::sockaddr {
@@ -123,7 +153,7 @@ impl SockAddr {
 
     /// The length of the address for `family()`, or `EAFNOSUPPORT`.
     fn len(&self) -> Result<i32> {
-        // SAFETY: `as_ptr()` points to a whole `sockaddr_storage`, which covers the family
+        // SAFETY: `as_ptr()` points to a whole `sockaddr_in6`, which covers the family
         // field the helper reads.
         match unsafe { b::rsiw_sockaddr_len(self.as_ptr()) } {
             0 => Err(EAFNOSUPPORT),
@@ -335,13 +365,16 @@ impl Socket {
     ///
     /// What `kernel_getsockname()` returns.
     pub(crate) fn local_addr(&self) -> Result<SockAddr> {
-        let a = SockAddr(crate::sys::Pod::zeroed());
-        // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
-        let ret = unsafe { b::kernel_getsockname(self.sock.as_ptr(), a.as_ptr()) };
+        let mut ss = b::__kernel_sockaddr_storage::zeroed();
+        // SAFETY: `self.sock` is valid; `ss` is a whole `sockaddr_storage`, room for any
+        // address the socket's family writes.
+        let ret = unsafe {
+            b::kernel_getsockname(self.sock.as_ptr(), core::ptr::from_mut(&mut ss).cast())
+        };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
-        Ok(a)
+        Ok(SockAddr::from_storage(&ss))
     }
 
     /// The peer's address (connected sockets).
@@ -350,13 +383,16 @@ impl Socket {
     ///
     /// What `kernel_getpeername()` returns (`ENOTCONN`).
     pub(crate) fn peer_addr(&self) -> Result<SockAddr> {
-        let a = SockAddr(crate::sys::Pod::zeroed());
-        // SAFETY: `self.sock` is valid; `a` is a whole `sockaddr_storage`.
-        let ret = unsafe { b::kernel_getpeername(self.sock.as_ptr(), a.as_ptr()) };
+        let mut ss = b::__kernel_sockaddr_storage::zeroed();
+        // SAFETY: `self.sock` is valid; `ss` is a whole `sockaddr_storage`, room for any
+        // address the socket's family writes.
+        let ret = unsafe {
+            b::kernel_getpeername(self.sock.as_ptr(), core::ptr::from_mut(&mut ss).cast())
+        };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
-        Ok(a)
+        Ok(SockAddr::from_storage(&ss))
     }
 
     /// Attaches `obj` so that it receives this socket's events; a previous attachment is
@@ -376,7 +412,7 @@ impl Socket {
         // SAFETY: `cb` is valid for writes; all-zeroes is a valid `rsiw_sk_cb`, then the
         // two fields the shim reads before attach are set.
         unsafe {
-            cb.get().write(crate::sys::Pod::zeroed());
+            cb.get().write(Pod::zeroed());
             (*cb.get()).ctx = obj.into_foreign();
             (*cb.get()).event = Some(event_c::<T>);
         }
