@@ -56,7 +56,7 @@ pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
     /// The device's QPs by number (see `ibdev/qp.rs`).
     pub(super) qps: RawIdTable,
-    /// The details of the `iw_cm_id`s the driver holds, by the id's address (see
+    /// The details of the `iw_cm_id`s the driver holds, by a key made of the id's address (see
     /// [`super::iwcm::CmIdDetails`]).
     pub(super) cm_ids: XArray<Arc<CmIdDetails>>,
     /// The sysfs attributes of [`DeviceOps::ATTRS`] (the core's `ops.device_group`).
