@@ -364,7 +364,11 @@ def kernel_clean(request):
     for name in known:
         warnings.warn(f"known upstream lockdep report ({name}); lockdep is now off")
     bad = [line for line in new if BAD_DMESG.search(line) and not USER_TRAP.search(line)]
-    assert not bad, "kernel reported problems during the test:\n" + "\n".join(new[-80:])
+    # The report itself (from its first line: a lockdep report runs to a hundred lines and
+    # more), then the end of the log.
+    first = new.index(bad[0]) if bad else 0
+    assert not bad, ("kernel reported problems during the test:\n"
+                     + "\n".join(new[first:first + 200]) + "\n...\n" + "\n".join(new[-40:]))
 
 
 @pytest.fixture(scope="module", autouse=True)
