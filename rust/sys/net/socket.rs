@@ -134,9 +134,7 @@ impl SockAddr {
         match u32::from(self.family()) {
             b::AF_INET => {
                 let p = core::ptr::from_ref(&self.0).cast::<b::sockaddr_in>();
-                // SAFETY: `sockaddr_in` (16 octets, 4-aligned, integers only) fits in the
-                // `sockaddr_in6` (28 octets, 4-aligned), whose first octets hold it
-                // (invariant).
+                // SAFETY: a `sockaddr_in` (16 octets, integers) in the first octets (invariant).
                 unsafe { (*p).sin_addr.s_addr == 0 }
             }
             // SAFETY: the union's members are integer arrays; every bit pattern is valid.
