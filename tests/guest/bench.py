@@ -33,7 +33,7 @@ Measures (`better` says which direction wins):
 - CPU cost: milliseconds of non-idle CPU (/proc/stat) per GiB moved by ib_write_bw at
   1 MiB, setup included;
 - kernel memory per QP: growth of the allocated slab objects (/proc/slabinfo, every
-  cache shrunk first) and VmallocUsed (KiB) while 16 ib_write_bw connections run at
+  cache shrunk first) and of vmalloc other than thread stacks (KiB) while 16 ib_write_bw connections run at
   1 Mb/s, divided by their 32 QPs;
 - the TCP ceiling: single-stream iperf3 on the same address, in the same unit as perftest.
 
@@ -52,7 +52,6 @@ experiment failed). RSIW_BENCH_ROUNDS sets the rounds
 sets the path MTU (octets).
 """
 import datetime
-import glob
 import json
 import os
 import re
@@ -61,6 +60,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 
 RSIW_KO = os.environ.get("RSIW_KO", "")
 SIW_KO = os.environ.get("RSIW_SIW_KO", "")
@@ -105,26 +106,11 @@ def unload(mod):
 
 
 def kernel_kib():
-    """Kernel memory in use (KiB): the slab objects allocated (active objects times their
-    size, /proc/slabinfo; free objects kept in slab pages do not count) plus vmalloc
-    (VmallocUsed, /proc/meminfo).
-
-    Every cache is shrunk first (/sys/kernel/slab/*/shrink): SLUB counts all objects of a
-    CPU's current and partial slabs as active, free or not, so without it objects that
-    an earlier run freed still count, and new ones do not until a slab fills: the slab
-    share moved in whole slabs, unrelated to the work measured."""
-    for path in glob.glob("/sys/kernel/slab/*/shrink"):
-        try:
-            with open(path, "w") as f:
-                f.write("1")
-        except OSError:
-            pass  # a cache destroyed meanwhile
-    slab = 0
-    for line in open("/proc/slabinfo").read().splitlines()[2:]:
-        f = line.split()
-        slab += int(f[1]) * int(f[3])  # active_objs * objsize
-    m = dict(re.findall(r"^(\w+):\s+(\d+)", open("/proc/meminfo").read(), flags=re.M))
-    return slab / 1024 + int(m["VmallocUsed"])
+    """Kernel memory in use (KiB): the slab objects allocated, over every cache, plus
+    vmalloc other than thread stacks (kmem.py), every cache shrunk first: without it the
+    slab share moves in whole slabs, unrelated to the work measured."""
+    shrink_slab_caches()
+    return slab_kib() + vmalloc_kib()
 
 
 def busy_seconds():

@@ -26,7 +26,6 @@ dmesg for KASAN, lockdep and warnings after each test and kmemleak after the fil
 
 The long forms (more cycles, higher rates) run in `make soak`.
 """
-import glob
 import json
 import os
 import re
@@ -38,6 +37,7 @@ import pytest
 
 from conftest import (KMEMLEAK, SOAK, dmesg_mark, dmesg_since, module_loaded, port_counters,
                       sh, wait_for)
+from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STANDIN, T_CLIENT, T_SERVER,
                             VETH_A, check_rping, pair, perftest_argvs, port, rping_argvs,
                             wait_listener)
@@ -501,42 +501,16 @@ def test_scribbled_rings_fail_only_their_own_qps(two_rsiw, procs, tmp_path, vict
 
 # --- load: connection cycles and many QPs, memory back to its baseline ------------------
 
-THREAD_STACK = re.compile(r"\b(kernel_clone|copy_process|dup_task_struct|"
-                          r"alloc_thread_stack_node)\+")
-"""The callers /proc/vmallocinfo names for kernel thread stacks."""
-
-
 def kernel_memory_kib():
     """(kmalloc objects in use, vmalloc in use) in KiB: active objects times their size
     of the kmalloc caches in /proc/slabinfo (where rsiw, the RDMA core and rdma_cm keep
     their objects; free objects kept in slab pages do not count), and the pages of the
-    vmalloc areas in /proc/vmallocinfo other than thread stacks.
-
-    Every cache is shrunk first (/sys/kernel/slab/*/shrink): SLUB counts all objects of a
-    CPU's current and partial slabs as active, free or not. Thread stacks are left out:
-    how many idle workers the kernel's worker pools keep after a load (16 KiB each, until
-    they time out) is the scheduler's business, not a leak. The reclaimable caches
+    vmalloc areas in /proc/vmallocinfo other than thread stacks (kmem.py), every cache
+    shrunk first. The reclaimable caches
     (dentries, inodes) are left out rather than dropped: dropping the page cache makes
     programs in the debug guest crash (its root file system)."""
-    for path in glob.glob("/sys/kernel/slab/*/shrink"):
-        try:
-            with open(path, "w") as f:
-                f.write("1")
-        except OSError:
-            pass  # a cache destroyed meanwhile
-    slab = 0
-    with open("/proc/slabinfo") as f:
-        for line in f.read().splitlines()[2:]:
-            fields = line.split()
-            if fields[0].startswith("kmalloc-") and not fields[0].startswith("kmalloc-rcl-"):
-                slab += int(fields[1]) * int(fields[3])
-    pages = 0
-    with open("/proc/vmallocinfo") as f:
-        for line in f:
-            m = re.search(r"\bpages=(\d+)", line)
-            if m and not THREAD_STACK.search(line):
-                pages += int(m.group(1))
-    return slab // 1024, pages * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    shrink_slab_caches()
+    return int(slab_kib(kmalloc_only=True)), vmalloc_kib()
 
 
 def ucmatose(procs, tmp_path, name, conns, messages):
