@@ -11,7 +11,7 @@
 #     the 10,000 connection cycles again, there with their slab and vmalloc figures
 #     checked against the baseline (KASAN's quarantine blurs them on the debug kernel).
 # The parts run in six guests side by side (below). Prints a pass/fail table; the
-# guests' logs and JUnit XML are in build/soak/.
+# guests' logs, whole consoles (*-console.log) and JUnit XML are in build/soak/.
 . "$(dirname "$0")/lib.sh"
 
 "$RSIW_TOP/tests/build-module.sh" debug >/dev/null
@@ -29,14 +29,16 @@ mkdir -p "$out"
 # The captured output of every case goes into the JUnit XML (the memory figures below).
 pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=20 -o junit_logging=system-out)
 log "soak: six guests side by side (hours under TCG); their logs: $out/*.log, a heartbeat each minute"
-run_logged "$out/debug-reliability.log" "$RSIW_TOP/tests/vm-run.sh" --kernel debug \
+run_logged "$out/debug-reliability.log" env RSIW_CONSOLE_KEEP="$out/debug-reliability-console.log" \
+	"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
 	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
 	env RSIW_SOAK=1 "${pytest_argv[@]}" \
 	--junitxml=build/soak/junit-debug-reliability.xml tests/guest/test_reliability.py \
 	-k "not connection_cycles" &
 rel_pid=$!
 # The connection cycles took 70 of the reliability guest's 159 minutes: a guest of their own.
-run_logged "$out/debug-cycles.log" "$RSIW_TOP/tests/vm-run.sh" --kernel debug \
+run_logged "$out/debug-cycles.log" env RSIW_CONSOLE_KEEP="$out/debug-cycles-console.log" \
+	"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
 	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
 	env RSIW_SOAK=1 RSIW_CYCLES=2000 "${pytest_argv[@]}" \
 	--junitxml=build/soak/junit-debug-cycles.xml tests/guest/test_reliability.py \
@@ -47,7 +49,8 @@ cycles_pid=$!
 link_pids=()
 for part in "loss" "jitter or reorder" "duplicate or mtu576 or reset_in_the_middle or zero_window or load_unload"; do
 	n=${#link_pids[@]}
-	run_logged "$out/debug-link$n.log" "$RSIW_TOP/tests/vm-run.sh" --kernel debug \
+	run_logged "$out/debug-link$n.log" env RSIW_CONSOLE_KEEP="$out/debug-link$n-console.log" \
+		"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
 		--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
 		env RSIW_SOAK=1 "${pytest_argv[@]}" \
 		--junitxml=build/soak/junit-debug-link$n.xml tests/guest/test_transport.py \
@@ -55,7 +58,8 @@ for part in "loss" "jitter or reorder" "duplicate or mtu576 or reset_in_the_midd
 		-k "(impaired_link or reset_in_the_middle or zero_window or load_unload) and ($part)" &
 	link_pids+=($!)
 done
-run_logged "$out/stock.log" "$RSIW_TOP/tests/vm-run.sh" --kernel stock \
+run_logged "$out/stock.log" env RSIW_CONSOLE_KEEP="$out/stock-console.log" \
+	"$RSIW_TOP/tests/vm-run.sh" --kernel stock \
 	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
 	env RSIW_SOAK=1 RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 \
 	"${pytest_argv[@]}" --junitxml=build/soak/junit-stock.xml tests/guest/test_transport.py \

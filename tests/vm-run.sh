@@ -24,6 +24,9 @@
 # per guest instruction executed, so that timings in the guest count instructions and do
 # not depend on the host's load (`make bench`). It implies TCG and runs every vCPU on one
 # host thread, in turn.
+#
+# RSIW_CONSOLE_KEEP=FILE keeps the guest's whole console (kernel messages included) in FILE
+# whatever the outcome; otherwise only a failed guest's is kept, in build/vm-FLAVOUR-console.log.
 . "$(dirname "$0")/lib.sh"
 
 flavour=${KERNEL:-debug}
@@ -182,6 +185,10 @@ trap 'kill -TERM "$(cat "$run/timeout.pid" 2>/dev/null)" 2>/dev/null; wait "$pip
 	INT TERM
 wait "$pipeline"
 trap - INT TERM
+# The whole console, kept where the caller asked (`make soak`: one file per guest).
+if [ -n "${RSIW_CONSOLE_KEEP:-}" ]; then
+	cp "$run/console.log" "$RSIW_CONSOLE_KEEP" || true
+fi
 status=$(cat "$run/vng.status" 2>/dev/null || echo 99)
 set -e -o pipefail
 
