@@ -30,59 +30,62 @@ mkdir -p "$out"
 # The captured output of every case goes into the JUnit XML (the memory figures below).
 pytest_argv=(python3 -m pytest -v -p no:cacheprovider --durations=20 -o junit_logging=system-out)
 log "soak: six guests side by side (hours under TCG); their logs: $out/*.log, a heartbeat each minute"
-run_logged "$out/debug-reliability.log" env RSIW_CONSOLE_KEEP="$out/debug-reliability-console.log" \
-	"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
-	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
-	env RSIW_SOAK=1 "${pytest_argv[@]}" \
-	--junitxml=build/soak/junit-debug-reliability.xml tests/guest/test_reliability.py \
-	-k "not (connection_cycles or allocation)" &
-rel_pid=$!
+guests=()
+pids=()
+# guest NAME [VAR=VALUE...] PYTEST-ARGS...: starts guest NAME on the kernel its name begins
+# with (debug-..., stock), running pytest with RSIW_SOAK=1 and the given environment;
+# its log, whole console and JUnit XML are $out/NAME.log, NAME-console.log, junit-NAME.xml.
+guest() {
+	local name=$1 envs=()
+	shift
+	while [[ $1 =~ ^[A-Z0-9_]+= ]]; do
+		envs+=("$1")
+		shift
+	done
+	run_logged "$out/$name.log" env RSIW_CONSOLE_KEEP="$out/$name-console.log" \
+		"$RSIW_TOP/tests/vm-run.sh" --kernel "${name%%-*}" \
+		--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
+		env RSIW_SOAK=1 "${envs[@]}" "${pytest_argv[@]}" \
+		--junitxml="build/soak/junit-$name.xml" "$@" &
+	pids+=($!)
+	guests+=("$name")
+}
+guest debug-reliability tests/guest/test_reliability.py \
+	-k "not (connection_cycles or allocation)"
 # The connection cycles took 70 of the reliability guest's 159 minutes: a guest of their
 # own, followed there by the failing allocations as in one guest (the sweep's lockdep report
 # of two runs came after the cycles; a guest without them has not shown it).
-run_logged "$out/debug-cycles.log" env RSIW_CONSOLE_KEEP="$out/debug-cycles-console.log" \
-	"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
-	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
-	env RSIW_SOAK=1 RSIW_CYCLES=2000 "${pytest_argv[@]}" \
-	--junitxml=build/soak/junit-debug-cycles.xml tests/guest/test_reliability.py \
-	-k "connection_cycles or allocation" &
-cycles_pid=$!
+guest debug-cycles RSIW_CYCLES=2000 tests/guest/test_reliability.py \
+	-k "connection_cycles or allocation"
 # The impaired links are the longest part (a netem case took 13-20 min beside four other
 # guests, 3.5-4 min alone): three guests share them.
-link_pids=()
+n=0
 for part in "loss" "jitter or reorder" "duplicate or mtu576 or reset_in_the_middle or zero_window or load_unload"; do
-	n=${#link_pids[@]}
-	run_logged "$out/debug-link$n.log" env RSIW_CONSOLE_KEEP="$out/debug-link$n-console.log" \
-		"$RSIW_TOP/tests/vm-run.sh" --kernel debug \
-		--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
-		env RSIW_SOAK=1 "${pytest_argv[@]}" \
-		--junitxml=build/soak/junit-debug-link$n.xml tests/guest/test_transport.py \
-		tests/guest/test_hostile.py tests/guest/test_device.py \
-		-k "(impaired_link or reset_in_the_middle or zero_window or load_unload) and ($part)" &
-	link_pids+=($!)
+	guest "debug-link$n" tests/guest/test_transport.py tests/guest/test_hostile.py \
+		tests/guest/test_device.py \
+		-k "(impaired_link or reset_in_the_middle or zero_window or load_unload) and ($part)"
+	n=$((n + 1))
 done
-run_logged "$out/stock.log" env RSIW_CONSOLE_KEEP="$out/stock-console.log" \
-	"$RSIW_TOP/tests/vm-run.sh" --kernel stock \
-	--timeout "${RSIW_SOAK_TIMEOUT:-21600}" -- \
-	env RSIW_SOAK=1 RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 \
-	"${pytest_argv[@]}" --junitxml=build/soak/junit-stock.xml tests/guest/test_transport.py \
-	tests/guest/test_reliability.py \
-	-k "rping_loopback or perftest_loopback or connection_cycles" &
-stock_pid=$!
+guest stock RSIW_RPING_COUNT=1000 RSIW_BW_SIZES=2,4096,65536,1048576 \
+	tests/guest/test_transport.py tests/guest/test_reliability.py \
+	-k "rping_loopback or perftest_loopback or connection_cycles"
 rc=0
-for pid in "$rel_pid" "$cycles_pid" "${link_pids[@]}" "$stock_pid"; do
+for pid in "${pids[@]}"; do
 	wait "$pid" || rc=$?
 done
-for f in debug-reliability debug-cycles debug-link0 debug-link1 debug-link2 stock; do
-	log "soak: $out/$f.log, its summary:"
-	sed -n '/short test summary\|slowest .* durations/,$p' "$out/$f.log" | tail -n 60
+xmls=()
+for g in "${guests[@]}"; do
+	log "soak: $out/$g.log, its summary:"
+	sed -n '/short test summary\|slowest .* durations/,$p' "$out/$g.log" | tail -n 60
+	xmls+=("$out/junit-$g.xml")
 done
-python3 - "$out"/junit-debug-{reliability,cycles}.xml "$out"/junit-debug-link{0,1,2}.xml \
-	"$out/junit-stock.xml" <<'PY' || rc=1
+python3 - "${xmls[@]}" <<'PY' || rc=1
 import os
 import sys
 import xml.etree.ElementTree as ET
-parts = list(zip(("debug",) * 5 + ("stock",), sys.argv[1:]))
+# The kernel is the first word of the guest's name (junit-debug-cycles.xml: debug).
+parts = [(os.path.basename(p)[len("junit-"):].split("-")[0].removesuffix(".xml"), p)
+         for p in sys.argv[1:]]
 cases = [(kernel, c) for kernel, path in parts
          if os.path.exists(path) for c in ET.parse(path).getroot().iter("testcase")]
 # A guest that wrote no XML (it crashed or timed out) counts as a failed case.

@@ -33,8 +33,8 @@ Measures (`better` says which direction wins):
 - CPU cost: milliseconds of non-idle CPU (/proc/stat) per GiB moved by ib_write_bw at
   1 MiB, setup included;
 - kernel memory per QP: growth of the allocated slab objects (/proc/slabinfo, every
-  cache shrunk first) and of vmalloc other than thread stacks (KiB) while 16 ib_write_bw connections run at
-  1 Mb/s, divided by their 32 QPs;
+  cache shrunk first) and of vmalloc other than thread stacks (KiB) while 16
+  ib_write_bw connections run at 1 Mb/s, divided by their 32 QPs;
 - the TCP ceiling: single-stream iperf3 on the same address, in the same unit as perftest.
 
 Profiles: after the measures, each provider runs PROFILES once more under

@@ -506,9 +506,9 @@ def kernel_memory_kib():
     of the kmalloc caches in /proc/slabinfo (where rsiw, the RDMA core and rdma_cm keep
     their objects; free objects kept in slab pages do not count), and the pages of the
     vmalloc areas in /proc/vmallocinfo other than thread stacks (kmem.py), every cache
-    shrunk first. The reclaimable caches
-    (dentries, inodes) are left out rather than dropped: dropping the page cache makes
-    programs in the debug guest crash (its root file system)."""
+    shrunk first. The reclaimable caches (dentries, inodes) are left out rather than
+    dropped: dropping the page cache makes programs in the debug guest crash (its root
+    file system)."""
     shrink_slab_caches()
     return int(slab_kib(kmalloc_only=True)), vmalloc_kib()
 
