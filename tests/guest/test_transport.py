@@ -88,9 +88,12 @@ BW_ITERS = int(os.environ.get("RSIW_BW_ITERS", "5"))
 LAT_ITERS = int(os.environ.get("RSIW_LAT_ITERS", "100"))
 
 # Subprocess time limits: generous for TCG with KASAN, bounded so a hang fails the test.
-T_LISTEN = 60      # a server's listener appears
+# `make soak` runs six such guests on two cores: there a pyverbs server once took more
+# than 60 s to listen (its interpreter and imports alone), so the waits for a start are
+# as long as a client's run.
+T_LISTEN = 300     # a server's listener appears
 T_CLIENT = 300     # one client run
-T_SERVER = 60      # the server exits after its client did
+T_SERVER = 300     # the server exits after its client did
 T_TOOL = 180       # tshark, tcpdump start/stop, rdma/ip commands
 STALL_POLL = 5     # how often a stall watch (`run`) looks at the sockets
 STALL_FOR = 20     # unread data that long, untouched, is a stall
