@@ -88,9 +88,9 @@ BW_ITERS = int(os.environ.get("RSIW_BW_ITERS", "5"))
 LAT_ITERS = int(os.environ.get("RSIW_LAT_ITERS", "100"))
 
 # Subprocess time limits: generous for TCG with KASAN, bounded so a hang fails the test.
-# `make soak` runs six such guests on two cores: there a pyverbs server once took more
-# than 60 s to listen (its interpreter and imports alone), so the waits for a start are
-# as long as a client's run.
+# Under `make soak` (six such guests on two cores) a pyverbs server's interpreter and
+# imports alone can take over a minute: the waits for a server's start and exit are as
+# long as a client's run.
 T_LISTEN = 300     # a server's listener appears
 T_CLIENT = 300     # one client run
 T_SERVER = 300     # the server exits after its client did
