@@ -126,15 +126,15 @@ trap 'rm -rf "$run"' EXIT
 } >"$run/cmd.sh"
 chmod +x "$run/cmd.sh"
 
-log "vm ($flavour): booting $(basename "$kernel"), running: $*"
-rc=0
 # The hang watchdog (see the header): the monitor socket is in the run directory, which
 # the chroot sees at the same path.
 monitor="$run/monitor.sock"
-if [ "$timeout_s" -gt 90 ] && command -v python3 >/dev/null; then
+watchdog=
+start_watchdog() {
+	[ "$timeout_s" -gt 90 ] && command -v python3 >/dev/null || return 0
 	(
-		# Killed (TERM, from the EXIT trap below), the subshell takes its sleep along: a
-		# sleep left behind would hold the caller's pipes open for the whole timeout.
+		# Killed (TERM, from stop_watchdog or the EXIT trap), the subshell takes its sleep
+		# along: a sleep left behind would hold the caller's pipes open for the whole timeout.
 		sleep $((timeout_s - 45)) </dev/null >/dev/null 2>&1 &
 		sleeper=$!
 		trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
@@ -146,51 +146,81 @@ s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(0.5)
 s.sendall(b"nmi\n"); time.sleep(0.5)' "$monitor" || true
 	) &
 	watchdog=$!
-	trap 'kill "$watchdog" 2>/dev/null; rm -rf "$run"' EXIT
-fi
-set +e +o pipefail
-# The console log holds everything; stdout shows only the command's output, both line by
-# line as the guest prints (tr's output is line-buffered: into a pipe it would come in
-# 4 KiB blocks, long after a quiet guest printed it). The pipeline
-# runs in the background: bash would hold a TERM or INT to this script until a foreground
-# pipeline ended, and QEMU would outlive the script. `timeout` passes the signal on to its
-# process group, QEMU included.
-{
-	timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c '
-	set -e
-	root=$1 top=$2 cache=$3
-	shift 3
-	mount -t proc proc "$root/proc"
-	mount --rbind /sys "$root/sys"
-	mount --rbind /dev "$root/dev"
-	mount -t tmpfs tmpfs "$root/tmp"
-	mount -t tmpfs tmpfs "$root/run"
-	mkdir -p "$root$top" "$root$cache"
-	mount --bind "$top" "$root$top"
-	mount --bind "$cache" "$root$cache"
-	exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
-		PATH=/opt/vng/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
-' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
-	vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus "$cpus" --user root \
-	--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
-	--append "panic_on_warn=0 panic=-1 oops=panic no5lvl unknown_nmi_panic panic_sys_info=all_bt,mem,blocked_tasks" \
-	--qemu-opts="-monitor unix:$monitor,server,nowait$icount_opts" \
-	--exec "$run/cmd.sh" </dev/null 2>&1 &
-	echo $! >"$run/timeout.pid"
-	wait $!
-	echo $? >"$run/vng.status"
-} | stdbuf -oL tr -d '\r' | tee "$run/console.log" | sed -un 's/^.*@@ //p' &
-pipeline=$!
-trap 'kill -TERM "$(cat "$run/timeout.pid" 2>/dev/null)" 2>/dev/null; wait "$pipeline"; exit 143' \
-	INT TERM
-wait "$pipeline"
-trap - INT TERM
+}
+stop_watchdog() {
+	[ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null || true
+	watchdog=
+}
+trap 'stop_watchdog; rm -rf "$run"' EXIT
+
+# boot_once: one boot running cmd.sh; leaves $run/console.log, $run/vng.status (QEMU's
+# exit, via vng and timeout) and, if the command ended, $run/status.
+boot_once() {
+	rm -f "$run/console.log" "$run/vng.status" "$run/status" "$run/timeout.pid" "$monitor"
+	start_watchdog
+	set +e +o pipefail
+	# The console log holds everything; stdout shows only the command's output, both line
+	# by line as the guest prints (tr's output is line-buffered: into a pipe it would come
+	# in 4 KiB blocks, long after a quiet guest printed it). The pipeline runs in the
+	# background: bash would hold a TERM or INT to this script until a foreground pipeline
+	# ended, and QEMU would outlive the script. `timeout` passes the signal on to its
+	# process group, QEMU included.
+	{
+		timeout -k 15 "$timeout_s" unshare --mount --propagation private -- /bin/bash -c '
+		set -e
+		root=$1 top=$2 cache=$3
+		shift 3
+		mount -t proc proc "$root/proc"
+		mount --rbind /sys "$root/sys"
+		mount --rbind /dev "$root/dev"
+		mount -t tmpfs tmpfs "$root/tmp"
+		mount -t tmpfs tmpfs "$root/run"
+		mkdir -p "$root$top" "$root$cache"
+		mount --bind "$top" "$root$top"
+		mount --bind "$cache" "$root$cache"
+		exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+			PATH=/opt/vng/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+	' rsiw-vm "$root" "$RSIW_TOP" "$RSIW_CACHE" \
+		vng --run "$run_arg" "${accel[@]}" --verbose --memory 2G --cpus "$cpus" --user root \
+		--rwdir "$RSIW_TOP" --rwdir "$RSIW_CACHE" --cwd "$RSIW_TOP" \
+		--append "panic_on_warn=0 panic=-1 oops=panic no5lvl unknown_nmi_panic panic_sys_info=all_bt,mem,blocked_tasks" \
+		--qemu-opts="-monitor unix:$monitor,server,nowait$icount_opts" \
+		--exec "$run/cmd.sh" </dev/null 2>&1 &
+		echo $! >"$run/timeout.pid"
+		wait $!
+		echo $? >"$run/vng.status"
+	} | stdbuf -oL tr -d '\r' | tee "$run/console.log" | sed -un 's/^.*@@ //p' &
+	pipeline=$!
+	trap 'kill -TERM "$(cat "$run/timeout.pid" 2>/dev/null)" 2>/dev/null; wait "$pipeline"; exit 143' \
+		INT TERM
+	wait "$pipeline"
+	trap - INT TERM
+	set -e -o pipefail
+	stop_watchdog
+}
+
+# QEMU's TCG aborts on an assertion of its own now and then while the guest boots (seen:
+# system/physmem.c iotlb_to_section, during PCI enumeration); the same boot passes when run
+# again. Such a boot is retried, at most twice, and only when the guest never started the
+# command: a command that ran is never run a second time.
+qemu_aborted_before_command() {
+	[ ! -f "$run/status" ] &&
+		! grep -q 'virtme-ng-init: starting script' "$run/console.log" &&
+		grep -q '^qemu-system-[^:]*: .*Assertion .* failed' "$run/console.log"
+}
+rc=0
+for attempt in 1 2 3; do
+	log "vm ($flavour): booting $(basename "$kernel") (attempt $attempt of 3), running: $*"
+	boot_once
+	qemu_aborted_before_command || break
+	log "vm ($flavour): QEMU aborted before the command started, a fault of QEMU's own:"
+	grep -m 1 '^qemu-system-[^:]*: .*Assertion .* failed' "$run/console.log" >&2
+done
 # The whole console, kept where the caller asked (`make soak`: one file per guest).
 if [ -n "${RSIW_CONSOLE_KEEP:-}" ]; then
 	cp "$run/console.log" "$RSIW_CONSOLE_KEEP" || true
 fi
 status=$(cat "$run/vng.status" 2>/dev/null || echo 99)
-set -e -o pipefail
 
 # Kernel reports after the command started fail the run; earlier ones (boot) are shown.
 problems='Kernel panic\|BUG: \|KASAN\|Oops\|WARNING: \|general protection'
