@@ -172,6 +172,32 @@ def pings(out):
     return len(re.findall(r"^ping data: ", out, flags=re.M))
 
 
+def wait_pinging(cli, stall=T_CLIENT):
+    """Waits for the rping client `cli` to exit for as long as it keeps printing verified
+    pings; returns its exit status, or None once `stall` seconds passed without a new
+    ping (a hung connection). A deadline on the whole run would not tell a hang from a
+    slow guest: in a soak, beside five other guests, the 400 pings of the link test took
+    more than T_CLIENT seconds in all while each came within seconds."""
+    last, since = pings(cli.output()), time.monotonic()
+    while True:
+        rc = cli.wait(5)
+        if rc is not None:
+            return rc
+        n = pings(cli.output())
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since > stall:
+            return None
+
+
+def stuck_state(cli):
+    """What a hung rping connection holds (QPs, CM IDs, both namespaces' TCP sockets, the
+    client's kernel stacks, the kernel's last messages), for a failure message."""
+    return sh(f"rdma res show qp; rdma res show cm_id; ip netns exec {NS_A} ss -tinmoe; "
+              f"ip netns exec {NS_B} ss -tinmoe; grep . /proc/{cli.p.pid}/task/*/stack; "
+              "dmesg | tail -40", check=False).stdout
+
+
 def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
     """rping -V of 16 KiB between the devices; after some pings the veth end of rsiw0
     goes down for 3 s (the port goes DOWN) and up again (ACTIVE): TCP retransmits, and
@@ -195,12 +221,14 @@ def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
     time.sleep(3)
     sh(f"ip -n {NS_A} link set {VETH_A} up")
     wait_for(lambda: port_state(DUT) == "ACTIVE", timeout=30, what=f"{DUT} port ACTIVE")
-    crc = cli.wait(T_CLIENT)
+    crc = wait_pinging(cli)
+    state = stuck_state(cli) if crc is None else ""
     src = srv.wait(60)
     print(f"link down after {down_at} pings")
     errs = check_rping("rping across a link down/up", count, src, srv.output(), crc,
                        cli.output())
-    assert not errs, "\n".join(errs)
+    assert not errs, "\n".join(errs) + (f"\nno ping for {T_CLIENT} s; state:\n{state}"
+                                        if state else "")
     assert down_at < count, "rping had finished before the link went down"
 
 
@@ -784,10 +812,7 @@ def test_failing_allocations_during_setup_and_traffic(two_rsiw, procs, tmp_path,
                     crc = "refused (killed)"
         if crc is None:
             set_faults(0, 0)
-            state = sh(f"rdma res show qp; rdma res show cm_id; ip netns exec {NS_A} "
-                       f"ss -tinmoe; ip netns exec {NS_B} ss -tinmoe; "
-                       f"grep . /proc/{cli.p.pid}/task/*/stack; dmesg | tail -40",
-                       check=False).stdout
+            state = stuck_state(cli)
             raise AssertionError(f"round {i}: rping client hung:\n{cli.output()[-1500:]}\n"
                                  f"server:\n{srv.output()[-1500:]}\n{state}")
         src = srv.wait(60)
