@@ -72,11 +72,13 @@ esac
 kvm_ok() {
 	[ -e /dev/kvm ] || return 1
 	local key cache out
-	key=$(hash_of "$(uname -r)" "$kernel" "$(stat -c %Y "$root$kernel" 2>/dev/null || stat -c %Y "$kernel")")
+	key=$(hash_of probe-in-root "$(uname -r)" "$kernel" \
+		"$(stat -c %Y "$root$kernel" 2>/dev/null || stat -c %Y "$kernel")")
 	cache="$RSIW_CACHE/kvm-probe-$key"
 	if [ ! -f "$cache" ]; then
 		log "probing KVM: booting the kernel under -accel kvm for up to 40 s"
-		out=$(timeout 40 in_root "$root" qemu-system-x86_64 -accel kvm -cpu host -M q35 -m 256 \
+		# `timeout` inside the root: in_root is a shell function, which `timeout` cannot run.
+		out=$(in_root "$root" timeout 40 qemu-system-x86_64 -accel kvm -cpu host -M q35 -m 256 \
 			-nographic -no-reboot -kernel "$kernel" \
 			-append "console=ttyS0 panic=-1 init=/nonexistent" 2>&1 | tr -d '\r' | tail -n 200) || true
 		if printf '%s' "$out" | grep -q 'No working init found\|Run /nonexistent\|Kernel panic - not syncing: VFS\|Requested init /nonexistent failed'; then
