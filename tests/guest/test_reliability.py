@@ -38,8 +38,8 @@ import pytest
 from conftest import (KMEMLEAK, SOAK, dmesg_mark, dmesg_since, module_loaded, port_counters,
                       sh, wait_for)
 from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
-from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STANDIN, T_CLIENT, T_SERVER,
-                            VETH_A, check_rping, pair, perftest_argvs, port, rping_argvs,
+from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STALL_POLL, STANDIN, T_CLIENT,
+                            T_SERVER, VETH_A, check_rping, pair, perftest_argvs, port, rping_argvs,
                             wait_listener)
 from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
 
@@ -180,7 +180,7 @@ def wait_pinging(cli, stall=T_CLIENT):
     more than T_CLIENT seconds in all while each came within seconds."""
     last, since = pings(cli.output()), time.monotonic()
     while True:
-        rc = cli.wait(5)
+        rc = cli.wait(STALL_POLL)
         if rc is not None:
             return rc
         n = pings(cli.output())
