@@ -75,7 +75,9 @@ CLIENT = textwrap.dedent("""
     from pyverbs.pyverbs_error import PyverbsRDMAError
     from pyverbs.qp import QPCap, QPInitAttr
     addr, port, pdata = sys.argv[1], sys.argv[2], sys.argv[3].encode()
-    ai = AddrInfo(src=addr, dst=addr, dst_service=port, port_space=ce.RDMA_PS_TCP)
+    src_port = sys.argv[4] if len(sys.argv) > 4 else None
+    ai = AddrInfo(src=addr, src_service=src_port, dst=addr, dst_service=port,
+                  port_space=ce.RDMA_PS_TCP)
     cmid = CMID(creator=ai, qp_init_attr=QPInitAttr(cap=QPCap(max_send_wr=4, max_recv_wr=4)))
     param = ConnParam(resources=4, depth=4)
     if pdata:
@@ -90,12 +92,15 @@ CLIENT = textwrap.dedent("""
     """)
 
 
-def connect(port, private_data=b""):
+def connect(port, private_data=b"", src_port=None):
     """Connects from a separate process (librdmacm keeps every device's verbs context open
-    for the life of a process, which would keep rsiw from unloading) and returns its output
-    line: `connected` or `connect-errno N`."""
-    p = subprocess.run([sys.executable, "-c", CLIENT, ADDR, str(port), private_data.decode()],
-                       capture_output=True, text=True, timeout=120)
+    for the life of a process, which would keep rsiw from unloading), from local port
+    `src_port` if given (else one rdma_cm picks), and returns its output line:
+    `connected` or `connect-errno N`."""
+    args = [sys.executable, "-c", CLIENT, ADDR, str(port), private_data.decode()]
+    if src_port is not None:
+        args.append(str(src_port))
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout.strip()
 
@@ -204,6 +209,31 @@ def test_consumer_killed_while_connected(cm_dev):
         raise AssertionError("the killed server did not die within 60 s")
     out, _ = cli.communicate(timeout=120)
     assert cli.returncode == 0 and "closed" in out, out
+
+
+def test_connect_from_a_port_held_by_tcp(cm_dev):
+    """rdma_cm gives an Initiator its local port from its own port space, which knows
+    nothing of TCP's, and rsiw binds its TCP socket to that port (as the C siw does). A
+    port that a TCP connection of the host holds on the same address fails the connect
+    at once with EADDRINUSE and a message naming the port, with nothing sent; the device
+    connects from another port right after."""
+    lsock = socket.create_server((ADDR, 0))
+    held = socket.create_connection(lsock.getsockname())
+    accepted, _ = lsock.accept()
+    port = held.getsockname()[1]
+    try:
+        srv = server(7486, "accept")
+        mark = dmesg_mark()
+        assert connect(7486, src_port=port) == f"connect-errno {errno.EADDRINUSE}"
+        assert any(f"bind to {ADDR}:{port} failed (EADDRINUSE)" in l
+                   for l in dmesg_since(mark)), dmesg_since(mark)
+        assert port_counters(DEV)["connect_attempts"] == 0
+        assert connect(7486) == "connected"
+        out, _ = srv.communicate(timeout=60)
+        assert "accepted" in out and "closed" in out, out
+    finally:
+        for s in (accepted, held, lsock):
+            s.close()
 
 
 def test_connect_to_nobody_is_refused(cm_dev):

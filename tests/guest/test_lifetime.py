@@ -25,6 +25,12 @@ from conftest import load_rsiw, rdma_links, sh, unload_rsiw, wait_for
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
 PORT = 7510
+# The flood connects from its own address. rdma_cm picks an Initiator's local port in
+# its own port space, which knows nothing of TCP's: had the flood's sockets, on
+# ephemeral ports of ADDR, held the port rdma_cm picked for the rping client, its bind
+# (rsiw's as siw's) would fail with EADDRINUSE (test_cm's
+# test_connect_from_a_port_held_by_tcp).
+FLOOD_SRC = "10.91.0.2"
 # Long enough that a connection closed by its startup timer cannot pass for one closed by
 # its listener.
 MPA_TIMEOUT_MS = 120000
@@ -151,6 +157,7 @@ def test_connect_flood_is_bounded_and_reaped(long_mpa_timeout, dummy):
     with the device's mpa_timeout_ms at 3 s, silent connections and ones that send an
     octet a second are all closed by the startup timer."""
     sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh(f"ip addr add {FLOOD_SRC}/24 dev {dummy}")
     sh("modprobe rdma_ucm")
     server = subprocess.Popen(["rping", "-s", "-v", "-V", "-a", ADDR, "-p", str(PORT),
                                "-C", "5"],
@@ -159,7 +166,8 @@ def test_connect_flood_is_bounded_and_reaped(long_mpa_timeout, dummy):
     try:
         wait_for(lambda: accept_queue(PORT) is not None, 30, "rping's listener")
         for _ in range(FLOOD):
-            socks.append(socket.create_connection((ADDR, PORT), timeout=T_CLOSE))
+            socks.append(socket.create_connection((ADDR, PORT), timeout=T_CLOSE,
+                                                  source_address=(FLOOD_SRC, 0)))
         wait_for(lambda: accept_queue(PORT) == 0 and established_at(PORT) <= MAX_PENDING,
                  90, f"rsiw to take the flood and hold at most {MAX_PENDING}")
         for s in socks:
