@@ -28,7 +28,8 @@
 //! consumers' `post_send` only queue it. A user QP's POST_SEND doorbell sends up to
 //! [`DOORBELL_BURST`] FPDUs itself, in the consumer's syscall, when the connection is idle
 //! (its mutex free), and queues the work item for the rest; that saves the work item's
-//! wake-up on every message. One run of the work item first reads what the callback has
+//! wake-up on every message. While RDMA Reads are outstanding the doorbell only queues the
+//! work item (`Conn::doorbell` says why). One run of the work item first reads what the callback has
 //! not (data that came with the MPA frames), then sends FPDUs until the SQ is empty, the
 //! send buffer is full (the write-space callback queues the work again) or a burst of
 //! [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy connection does
@@ -570,7 +571,20 @@ impl Conn {
     /// [`DOORBELL_BURST`] FPDUs of the SQ here and queues the work item only if more is
     /// left. Otherwise (the work item or another doorbell holds the connection) it queues
     /// the work item, which then runs after the current holder and sees the new SQEs.
+    ///
+    /// With RDMA Reads outstanding it only queues the work item: their Read Responses may
+    /// be streaming in, and a burst sent here owns the socket in the consumer's thread, so
+    /// that thread, at normal priority, places the Read Responses that arrived meanwhile
+    /// from the socket's backlog. On one CPU with the Responder (a loopback or a guest's
+    /// two namespaces), the Responder's work item preempts it there and adds to that
+    /// backlog, which TCP counts against the receive window until it is empty: the window
+    /// closes and the Reads slow down (1 MiB `ib_read_bw`: 250-490 MB/s from run to run,
+    /// 480-530 with the work item sending).
     pub(crate) fn doorbell(self: &Arc<Self>) {
+        if !self.rx.lock().reads_out.is_empty() {
+            self.kick();
+            return;
+        }
         let Some(mut g) = self.inner.try_lock() else {
             self.kick();
             return;
