@@ -29,11 +29,11 @@
 //! [`DOORBELL_BURST`] FPDUs itself, in the consumer's syscall, when the connection is idle
 //! (its mutex free), and queues the work item for the rest; that saves the work item's
 //! wake-up on every message. While RDMA Reads are outstanding the doorbell only queues the
-//! work item (`Conn::doorbell` says why). One run of the work item first reads what the callback has
-//! not (data that came with the MPA frames), then sends FPDUs until the SQ is empty, the
-//! send buffer is full (the write-space callback queues the work again) or a burst of
-//! [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy connection does
-//! not starve others). A burst owns the socket lock throughout (`Conn::transmit`).
+//! work item (`Conn::doorbell` says why). One run of the work item first reads what the
+//! callback has not (data that came with the MPA frames), then sends FPDUs until the SQ is
+//! empty, the send buffer is full (the write-space callback queues the work again) or a
+//! burst of [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy
+//! connection does not starve others). A burst owns the socket lock throughout (`Conn::transmit`).
 //!
 //! # What is not here
 //!
