@@ -402,11 +402,18 @@ impl Cep {
         Ok(())
     }
 
-    /// Feeds what the socket holds to the startup engine; returns its status.
+    /// Feeds what the socket holds to the startup engine; returns its status. The peer
+    /// counts as gone (startup fails unless it ended) only if its FIN or reset came before
+    /// the read began: everything it sent before that is then in the receive queue.
     fn receive(g: &mut Inner) -> Status {
         let (Some(sock), Some(st)) = (g.sock.as_ref(), g.startup.as_mut()) else {
             return Status::Rejected;
         };
+        // Sampled before the read: a frame and FIN that arrive while it holds the socket
+        // lock wait in the socket's backlog, and its release queues both at once, so a
+        // state seen afterwards may follow data this read never saw (the data-ready
+        // event queues the work item again for it).
+        let peer_gone = matches!(sock.state(), tcp_state::CLOSE | tcp_state::CLOSE_WAIT);
         let mut buf = [0u8; 128];
         let _ = sock.read(SockLock::Take, |chunk| {
             let mut used = 0;
@@ -427,7 +434,6 @@ impl Cep {
             }
             used
         });
-        let peer_gone = matches!(sock.state(), tcp_state::CLOSE | tcp_state::CLOSE_WAIT);
         if peer_gone
             && !matches!(
                 st.status(),

@@ -472,6 +472,62 @@ def test_half_reply_then_close(cm_dev_timeout):
     assert res.startswith("connect-errno "), res
 
 
+REPLY_AND_FIN_ROUNDS = 4
+
+
+def test_reply_and_fin_at_once_establish(cm_dev):
+    """A Responder whose MPA Reply is followed at once by its FIN (a peer with nothing to
+    say, or one that sends and half-closes): the Reply came before the FIN, so every
+    connect succeeds, and the connection then ends. In alternate rounds the Reply goes
+    out after rsiw's Request arrived and without waiting for it, so the FIN lands at
+    different points of rsiw's handling of the Reply. The narrowest of them, the Reply
+    and the FIN reaching the socket's backlog together while rsiw's work item reads the
+    socket, this test cannot hit at will: `Cep::receive` (rust/cm/cep.rs) takes the TCP
+    state before its read for it, so a FIN seen there follows only data it read."""
+    import threading
+    port = 7520
+    ls = socket.create_server((ADDR, port))
+    ls.settimeout(60)
+    errs = []
+
+    def serve():
+        try:
+            for i in range(REPLY_AND_FIN_ROUNDS):
+                conn, _ = ls.accept()
+                with conn:
+                    conn.settimeout(60)
+                    if i % 2:
+                        conn.sendall(mpa_reply())
+                        conn.shutdown(socket.SHUT_WR)
+                    got = conn.recv(100)
+                    if not got.startswith(b"MPA ID Req Frame"):
+                        errs.append(f"round {i}: not an MPA Request: {got!r}")
+                    if i % 2 == 0:
+                        conn.sendall(mpa_reply())
+                        conn.shutdown(socket.SHUT_WR)
+                    # Until rsiw closes too (how it closes is not this test's matter).
+                    try:
+                        while conn.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+        except Exception as e:  # reported by the test
+            errs.append(repr(e))
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        results = [connect(port) for _ in range(REPLY_AND_FIN_ROUNDS)]
+    finally:
+        t.join(timeout=120)
+        ls.close()
+    assert not errs, errs
+    failed = [(i, r) for i, r in enumerate(results) if r != "connected"]
+    assert not failed, f"connects that failed (round, client's line): {failed}"
+    c = port_counters(DEV)
+    assert (c["connect_attempts"], c["mpa_timeouts"]) == (REPLY_AND_FIN_ROUNDS, 0), c
+
+
 def mpa_frame(key=b"MPA ID Rep Frame", flags=0x10, rev=2, pd=struct.pack(">HH", 1, 1),
               pd_len=None):
     """Any MPA startup frame: key, flags (M C R S), revision, PD_Length (default: the
