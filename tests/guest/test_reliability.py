@@ -815,7 +815,9 @@ def test_failing_allocations_during_setup_and_traffic(two_rsiw, procs, tmp_path,
             state = stuck_state(cli)
             raise AssertionError(f"round {i}: rping client hung:\n{cli.output()[-1500:]}\n"
                                  f"server:\n{srv.output()[-1500:]}\n{state}")
-        src = srv.wait(60)
+        # After a failed client the server may wait for good for a connection that is
+        # not coming (its listener outlived the failure): only a served one is waited for.
+        src = srv.wait(60 if crc == 0 else 5)
         srv.kill()
         results.append((i, f"client {crc} server {src}", before - faults_left()))
     fault_injection(0, 0)

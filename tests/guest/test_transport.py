@@ -918,7 +918,7 @@ def test_interop_siw(two_ns, procs, tmp_path, rev, crc, role):
         p = port()
         server, client = rping_argvs(s_ip, p, 10, c_ip)
         src, sout, crc_rc, cout = pair(procs, tmp_path, "rping", server, client, s_dev, s_ip,
-                                       p, s_ns, c_ns)
+                                       p, s_ns, c_ns, refused=True)
         assert crc_rc is not None, "siw client hung on a refused connection:\n" + cout
         assert crc_rc != 0 and "ping data" not in cout, \
             "siw (Rev 2) connected to rsiw with mpa_rev=1:\n" + cout
