@@ -522,7 +522,9 @@ def test_reply_and_fin_at_once_establish(cm_dev):
         t.join(timeout=120)
         ls.close()
     assert not errs, errs
-    failed = [(i, r) for i, r in enumerate(results) if r != "connected"]
+    # The client's own disconnect may then fail (a second line, EINVAL): the peer's FIN
+    # may have ended the connection first, which is not this test's matter.
+    failed = [(i, r) for i, r in enumerate(results) if r.split("\n")[0] != "connected"]
     assert not failed, f"connects that failed (round, client's line): {failed}"
     c = port_counters(DEV)
     assert (c["connect_attempts"], c["mpa_timeouts"]) == (REPLY_AND_FIN_ROUNDS, 0), c
