@@ -22,6 +22,16 @@
 
 #include "rsiw_sock.h"
 
+/*
+ * The callbacks below run in softirq (TCP's receive path) and in process context (the
+ * backlog that release_sock() processes, inet_shutdown() calling sk_state_change), so they
+ * take sk_callback_lock with softirqs off: a reader holding it with softirqs on could be
+ * interrupted by a softirq spinning on a socket spinlock whose holder waits to write-lock
+ * sk_callback_lock (inet_csk_listen_stop() -> inet_child_forget() -> sock_orphan() for a
+ * child of an rsiw listener, which inherited these callbacks): a SOFTIRQ-safe ->
+ * SOFTIRQ-unsafe lock order.
+ */
+
 /* The attachment of a socket, or NULL (also for a socket accepted from an rsiw listener). */
 static struct rsiw_sk_cb *rsiw_sk_cb_of(struct sock *sk)
 {
@@ -32,18 +42,18 @@ static void rsiw_sk_data_ready(struct sock *sk)
 {
 	struct rsiw_sk_cb *cb;
 
-	read_lock(&sk->sk_callback_lock);
+	read_lock_bh(&sk->sk_callback_lock);
 	cb = rsiw_sk_cb_of(sk);
 	if (cb)
 		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_DATA_READY);
-	read_unlock(&sk->sk_callback_lock);
+	read_unlock_bh(&sk->sk_callback_lock);
 }
 
 static void rsiw_sk_write_space(struct sock *sk)
 {
 	struct rsiw_sk_cb *cb;
 
-	read_lock(&sk->sk_callback_lock);
+	read_lock_bh(&sk->sk_callback_lock);
 	cb = rsiw_sk_cb_of(sk);
 	if (cb) {
 		/*
@@ -55,20 +65,20 @@ static void rsiw_sk_write_space(struct sock *sk)
 		if (sk->sk_socket && !test_bit(SOCK_NOSPACE, &sk->sk_socket->flags))
 			cb->event(cb->ctx, sk->sk_socket, RSIW_SK_WRITE_SPACE);
 	}
-	read_unlock(&sk->sk_callback_lock);
+	read_unlock_bh(&sk->sk_callback_lock);
 }
 
 static void rsiw_sk_state_change(struct sock *sk)
 {
 	struct rsiw_sk_cb *cb;
 
-	read_lock(&sk->sk_callback_lock);
+	read_lock_bh(&sk->sk_callback_lock);
 	cb = rsiw_sk_cb_of(sk);
 	if (cb) {
 		cb->orig_state_change(sk);
 		cb->event(cb->ctx, sk->sk_socket, RSIW_SK_STATE_CHANGE);
 	}
-	read_unlock(&sk->sk_callback_lock);
+	read_unlock_bh(&sk->sk_callback_lock);
 }
 
 void rsiw_sk_attach(struct socket *sock, struct rsiw_sk_cb *cb, const struct rsiw_sk_cb *inherit)
