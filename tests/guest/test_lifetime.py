@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from conftest import load_rsiw, rdma_links, sh, unload_rsiw, wait_for
+from conftest import dmesg_mark, dmesg_since, load_rsiw, rdma_links, sh, unload_rsiw, wait_for
+from test_reliability import fault_injection, function_text  # noqa: F401 (a fixture)
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -81,6 +82,54 @@ def test_destroyed_listener_closes_connections_awaiting_their_request(long_mpa_t
     assert closed_by_peer(s), \
         f"the connection stayed open {T_CLOSE} s after its listener was destroyed"
     s.close()
+    sh(f"rdma link del {DEV}")
+
+
+def test_listener_destroyed_with_a_connection_it_could_not_accept(long_mpa_timeout, dummy,
+                                                                  fault_injection):
+    """A listener destroyed while TCP still holds a connection in its accept queue (rsiw's
+    kernel_accept() of it failed: every allocation under it is made to fail), after a
+    connection of the same boot closed locally. The kernel orphans the queued child under
+    the child's socket spinlock and write-locks its callback lock, which rsiw's socket
+    callbacks (the child inherited them) take too, from softirq and from process context:
+    they must take it with softirqs off, or lockdep reports a SOFTIRQ-safe ->
+    SOFTIRQ-unsafe lock order (the dmesg check after every test fails on it)."""
+    sh(f"rdma link add {DEV} type rsiw netdev {dummy}")
+    sh("modprobe rdma_ucm")
+    # A connection closed locally (rping's client disconnects after its pings).
+    server = subprocess.Popen(["rping", "-s", "-a", ADDR, "-p", str(PORT + 1), "-C", "3"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: accept_queue(PORT + 1) is not None, 30, "rping's listener")
+        client = subprocess.run(["rping", "-c", "-a", ADDR, "-p", str(PORT + 1), "-C", "3"],
+                                capture_output=True, text=True, timeout=120)
+        assert client.returncode == 0, client.stdout + client.stderr
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    server = subprocess.Popen(["rping", "-s", "-a", ADDR, "-p", str(PORT)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: accept_queue(PORT) is not None, 30, "rping's listener")
+        fault_injection(100, -1, function_text("kernel_accept"))
+        mark = dmesg_mark()
+        s = socket.create_connection((ADDR, PORT), timeout=T_CLOSE)
+        wait_for(lambda: any("accept failed" in line for line in dmesg_since(mark)), 30,
+                 "rsiw's accept to fail")
+        fault_injection(0, 0)
+        assert accept_queue(PORT) == 1, "the connection left TCP's accept queue"
+    finally:
+        fault_injection(0, 0)
+        # Killing rping destroys its listening id, and the listener's socket with the
+        # child still queued.
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+    assert closed_by_peer(s), f"the queued connection stayed open {T_CLOSE} s"
+    s.close()
+    log = dmesg_since(mark)
+    assert not any("lock order" in line for line in log), "\n".join(log)
     sh(f"rdma link del {DEV}")
 
 
