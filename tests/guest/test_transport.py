@@ -1354,8 +1354,8 @@ def test_impaired_link_two_ns(two_rsiw, procs, tmp_path, name, netem, params):
     pings, iters = (1000, {65536: "50", 1048576: "10"}) if SOAK else \
         (50, {65536: "5", 1048576: "5"})
     # 1000 pings across a link losing 1 % took the debug kernel more than 900 s beside
-    # five other guests (the connection moving, at an RTT of 170 ms): the soak does not
-    # bound the time, it fails a run once its connection stops moving (ProgressWatch).
+    # five other guests (the connection moving, at an RTT of 170 ms): the soak fails a run
+    # once its connection stops moving (ProgressWatch), with only a loose time bound.
     limit, watch = (SOAK_LIMIT, ProgressWatch) if SOAK else (T_CLIENT, lambda: None)
     p = port()
     server, client = rping_argvs(IP_A, p, pings, IP_B)
