@@ -40,7 +40,7 @@ from conftest import (KMEMLEAK, SOAK, dmesg_mark, dmesg_since, module_loaded, po
 from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STALL_POLL, STANDIN, T_CLIENT,
                             T_SERVER, VETH_A, check_rping, pair, perftest_argvs, port, rping_argvs,
-                            wait_listener)
+                            table_rows, wait_listener)
 from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
 
 T_SURVIVE = 90
@@ -354,11 +354,17 @@ def test_rmmod_during_a_transfer_takes_the_devices_away(two_rsiw, procs, tmp_pat
                          ids=["server", "client"] if SOAK else ["client"])
 def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
     """`rdma link del` of one end's device while ib_write_bw -D runs: the command returns
-    without waiting for the consumers (the core disassociates their user contexts; the
-    passive server is still in its timed run when it returns), the device is gone, both
-    programs exit, and the other device and the module unload cleanly (the fixture).
-    With the C siw (stand-in mode), which cannot disassociate, the core waits for the
-    programs to close the device instead."""
+    without waiting for the consumers (the core disassociates their user contexts), the
+    device is gone, both programs exit without a result, and the other device and the
+    module unload cleanly (the fixture).
+
+    "Without waiting" is judged by the server's result table: a core that waited for the
+    client to close its device would return only after the client's timed run and the
+    closing exchange, when the server has printed its result row. The server may be
+    running or gone when the command returns: its end of the connection fails as soon
+    as the deleted device's QPs are destroyed, which can come first. With the C siw
+    (stand-in mode), which cannot disassociate, the core waits for the programs to close
+    the device instead."""
     two_rsiw()
     # Long enough on a loaded host that the link goes during the run (MOVING).
     duration = 10 if STANDIN else 60 if SOAK else 30
@@ -371,10 +377,14 @@ def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
     assert r.returncode == 0, r.stderr
     assert not os.path.exists(f"/sys/class/infiniband/{dev}"), f"{dev} still there"
     if not STANDIN:
-        assert srv.p.poll() is None, \
-            "rdma link del returned only after the server's timed run:\n" + srv.output()
+        assert not table_rows(srv.output()), \
+            "rdma link del returned only after the timed run:\n" + srv.output()
     for b in (cli, srv):
         assert b.wait(T_SURVIVE + duration) is not None, "perftest did not exit:\n" + b.output()
+    if not STANDIN:
+        for name, b in (("client", cli), ("server", srv)):
+            assert not table_rows(b.output()), \
+                f"the {name} finished its run with a device deleted during it:\n" + b.output()
 
 
 def test_veth_deleted_during_transfer(two_rsiw, procs, tmp_path):
