@@ -30,6 +30,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -201,12 +202,24 @@ def wait_pinging(cli, stall=T_CLIENT):
             return None
 
 
-def stuck_state(cli):
-    """What a hung rping connection holds (QPs, CM IDs, both namespaces' TCP sockets, the
-    client's kernel stacks, the kernel's last messages), for a failure message."""
-    return sh(f"rdma res show qp; rdma res show cm_id; ip netns exec {NS_A} ss -tinmoe; "
-              f"ip netns exec {NS_B} ss -tinmoe; grep . /proc/{cli.p.pid}/task/*/stack; "
-              "dmesg | tail -40", check=False).stdout
+def stuck_state(proc):
+    """What a program that hangs or will not die holds, for a failure message: its
+    threads' kernel stacks, every task blocked in the kernel (SysRq w, into the kernel
+    log), the QPs and CM IDs, both namespaces' TCP sockets and the kernel's last
+    messages. Each part has its own time limit and the sockets come last: `ss -i` takes
+    each socket's lock, so a socket held for long blocks it, which it then says."""
+    parts = [f"grep . /proc/{proc.p.pid}/task/*/stack",
+             "echo w > /proc/sysrq-trigger; dmesg | tail -150",
+             "rdma res show qp; rdma res show cm_id",
+             f"ip netns exec {NS_A} ss -tinmoe", f"ip netns exec {NS_B} ss -tinmoe"]
+    out = []
+    for cmd in parts:
+        try:
+            r = sh(cmd, check=False, timeout=30)
+            out.append(f"$ {cmd}\n{r.stdout}{r.stderr}")
+        except subprocess.TimeoutExpired:
+            out.append(f"$ {cmd}\n(no answer in 30 s)")
+    return "\n".join(out)
 
 
 def test_link_down_and_up_during_rping(two_rsiw, procs, tmp_path):
