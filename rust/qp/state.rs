@@ -111,6 +111,15 @@ pub(super) fn transition_allowed(cur: State, new: State) -> bool {
     )
 }
 
+/// Whether a graceful disconnect (SQD, iw_cm's `iw_cm_disconnect()`) of a QP in `state`
+/// with no connection attached has nothing left to do: in ERROR the connection is gone;
+/// in RTS it is closing, since RTS is entered only with a connection attached, which
+/// detaches itself from the QP before moving it to ERROR (a disconnect racing the peer's
+/// close falls between the two). In any other state the QP was never connected.
+pub(super) fn closed_or_closing(state: State) -> bool {
+    matches!(state, State::Error | State::Rts)
+}
+
 /// Checks a transition `modify_qp` asks for of the QP `who` names (see
 /// [`transition_allowed`]).
 ///
@@ -295,8 +304,8 @@ impl Qp {
                     c.close();
                     Ok(())
                 }
-                // Both sides disconnecting: the connection closed already.
-                None if qp.state() == State::Error => Ok(()),
+                // Both sides disconnecting: the connection closed or is closing.
+                None if closed_or_closing(qp.state()) => Ok(()),
                 None => Err(invalid(
                     who,
                     format_args!("SQD requested but the QP is not connected"),

@@ -10,7 +10,7 @@ mod suite {
     use crate::abi::{Rqe, Sge, Sqe};
     use crate::limits::{MAX_INLINE, MAX_SGE};
     use crate::qp::post::pack_inline;
-    use crate::qp::state::{transition_allowed, State};
+    use crate::qp::state::{closed_or_closing, transition_allowed, State};
     use crate::qp::{INLINE, VALID};
     use crate::sys::bindings as b;
     use crate::sys::Pod;
@@ -149,6 +149,19 @@ mod suite {
         ];
         for (a, z) in bad {
             assert!(!transition_allowed(a, z));
+        }
+    }
+
+    #[test]
+    fn graceful_disconnect_without_a_connection() {
+        use State::*;
+        // Closed, or closing: the connection detached itself and the QP is about to
+        // enter ERROR (a disconnect that raced the peer's close).
+        assert!(closed_or_closing(Error));
+        assert!(closed_or_closing(Rts));
+        // Never connected: the disconnect is refused.
+        for s in [Reset, Init, Rtr] {
+            assert!(!closed_or_closing(s));
         }
     }
 
