@@ -522,10 +522,12 @@ def test_reply_and_fin_at_once_establish(cm_dev):
         t.join(timeout=120)
         ls.close()
     assert not errs, errs
-    # The client's own disconnect may then fail (a second line, EINVAL): the peer's FIN
-    # may have ended the connection first, which is not this test's matter.
-    failed = [(i, r) for i, r in enumerate(results) if r.split("\n")[0] != "connected"]
-    assert not failed, f"connects that failed (round, client's line): {failed}"
+    # The client's own disconnect comes after the peer's FIN has closed the connection,
+    # or while it closes: it succeeds too (librdmacm moves the QP to SQD first; a QP
+    # whose connection is closing has nothing left to do), so the client prints nothing
+    # after "connected".
+    failed = [(i, r) for i, r in enumerate(results) if r != "connected"]
+    assert not failed, f"connects or disconnects that failed (round, client's lines): {failed}"
     c = port_counters(DEV)
     assert (c["connect_attempts"], c["mpa_timeouts"]) == (REPLY_AND_FIN_ROUNDS, 0), c
 
