@@ -189,8 +189,11 @@ impl CqOps<Device> for Cq {
         dev.counts.give_back(Object::Cq);
     }
 
-    /// into `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
-    /// their slots. Returns how many it filled.
+    /// `poll_cq` of a kernel CQ: copies up to `wcs.len()` valid CQEs, oldest first, into
+    /// `wcs` as `ib_wc`s (status, opcode, length, QP, invalidated STag) and releases
+    /// their slots. Returns how many it filled. User CQs never get here: the core leaves
+    /// uverbs' `POLL_CQ` command off for rsiw (`IbDevice::new`), so a CQE user space can
+    /// write never becomes the `ib_wc.qp` the core dereferences.
     fn poll(cq: &IbCq<Cq>, wcs: &mut [WcSlot]) -> usize {
         let this: &Cq = cq;
         let mut pos = this.pos.lock();

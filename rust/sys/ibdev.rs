@@ -294,6 +294,8 @@ impl<T: DeviceOps> NewDevice<T> {
             (*raw.as_ptr()).ops.owner = super::this_module();
             // The siw user ABI's SQ doorbell is the legacy POST_SEND write command with an
             // empty list, which the core enables only for drivers that ask for it.
+            // POLL_CQ stays off: a user CQE's QP field is user memory, and the core would
+            // dereference it as `ib_wc.qp` (`test_kernel_poll_of_a_user_cq_is_refused`).
             (*raw.as_ptr()).uverbs_cmd_mask |=
                 1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
         }

@@ -2,13 +2,16 @@
 """rsiw's verbs objects through the stock rdma-core siw provider and pyverbs: CQs, QPs,
 SRQs and MRs, their limits, the mapped ring ABI (flush completions polled in user space),
 completion events, and the QP state machine without connections."""
+import ctypes
 import errno
 import os
 import re
+import struct
 
 import pytest
 
 from conftest import dmesg_mark, dmesg_since, load_rsiw, sh, unload_rsiw
+from ring_scribbler import rings
 from uverbs_events import event_fds, next_event, readable
 
 from pyverbs import enums as e
@@ -484,3 +487,71 @@ def test_destroy_with_outstanding_wrs(ctx):
             qp.close()
         srq.close()
         cq.close()
+
+
+def libibverbs():
+    """libibverbs through ctypes, for the uverbs command pyverbs cannot send: POLL_CQ
+    (libsiw polls a CQ's mapped ring itself and never asks the kernel)."""
+    lib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    lib.ibv_get_device_list.restype = ctypes.POINTER(vp)
+    lib.ibv_get_device_list.argtypes = [ctypes.POINTER(i)]
+    lib.ibv_free_device_list.argtypes = [ctypes.POINTER(vp)]
+    lib.ibv_get_device_name.restype = ctypes.c_char_p
+    lib.ibv_get_device_name.argtypes = [vp]
+    lib.ibv_open_device.restype = vp
+    lib.ibv_open_device.argtypes = [vp]
+    lib.ibv_close_device.argtypes = [vp]
+    lib.ibv_create_cq.restype = vp
+    lib.ibv_create_cq.argtypes = [vp, i, vp, vp, i]
+    lib.ibv_destroy_cq.argtypes = [vp]
+    lib.ibv_cmd_poll_cq.argtypes = [vp, i, vp]
+    return lib
+
+
+# struct siw_cqe (include/uapi/rdma/siw-abi.h): id, flags, opcode, status, bytes, the
+# imm_data/inval_stag union and the qp_id/base_qp union; 32 octets.
+SIW_CQE = struct.Struct("<QBBHIQQ")
+IB_UVERBS_WC_SIZE = 48
+
+
+@pytest.mark.parametrize("qp_field", [1, 0xFFFF_8880_DEAD_0000],
+                         ids=["qp-number", "kernel-pointer"])
+def test_kernel_poll_of_a_user_cq_is_refused(ctx, qp_field):
+    """uverbs' POLL_CQ command on a user CQ fails with EOPNOTSUPP and reaps nothing. The
+    ring is user memory: the CQE's QP field holds the QP number rsiw writes there (the
+    first case) or any value user space writes (the second), and the core dereferences
+    the `ib_wc.qp` a provider returns. The core keeps the command off unless a driver
+    sets it in `uverbs_cmd_mask` (rsiw sets only POST_SEND, rust/sys/ibdev.rs); this
+    fails if it is ever turned on."""
+    lib = libibverbs()
+    n = ctypes.c_int()
+    devs = lib.ibv_get_device_list(ctypes.byref(n))
+    assert devs, "ibv_get_device_list failed"
+    try:
+        dev = next(devs[k] for k in range(n.value)
+                   if lib.ibv_get_device_name(devs[k]) == DEV.encode())
+        vctx = lib.ibv_open_device(dev)
+    finally:
+        lib.ibv_free_device_list(devs)
+    assert vctx, f"ibv_open_device({DEV}) failed: errno {ctypes.get_errno()}"
+    try:
+        before = set(rings(os.getpid()))
+        cq = lib.ibv_create_cq(vctx, 4, None, None, 0)
+        assert cq, f"ibv_create_cq failed: errno {ctypes.get_errno()}"
+        try:
+            (ring,) = set(rings(os.getpid())) - before
+            cqe = SIW_CQE.pack(0x5157, 1, 0, 0, 0, 0, qp_field)  # flags: SIW_WQE_VALID
+            ctypes.memmove(ring[0], cqe, len(cqe))
+            wcs = ctypes.create_string_buffer(4 * IB_UVERBS_WC_SIZE)
+            ctypes.set_errno(0)
+            ret = lib.ibv_cmd_poll_cq(cq, 4, wcs)
+            err = ctypes.get_errno() if ret == -1 else abs(ret)
+            assert ret != 0 and err == errno.EOPNOTSUPP, \
+                f"POLL_CQ on a user CQ returned {ret} (errno {ctypes.get_errno()})"
+            # Nothing was reaped: the CQE is still there, valid, for the ring's consumer.
+            assert ctypes.string_at(ring[0], len(cqe)) == cqe
+        finally:
+            assert lib.ibv_destroy_cq(cq) == 0
+    finally:
+        lib.ibv_close_device(vctx)

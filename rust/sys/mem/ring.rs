@@ -352,7 +352,8 @@ pub(crate) fn sqe_sges(
 }
 
 /// Reads the QP pointer of a kernel CQE (union with the 64-bit `qp_id`). Only meaningful
-/// for CQEs rsiw wrote into a kernel CQ; never dereferenced by rsiw.
+/// for CQEs rsiw wrote into a kernel CQ: the core dereferences it (`ib_wc.qp`), so it must
+/// never be read from a ring user space can write.
 pub(crate) fn cqe_qp(cqe: &bindings::siw_cqe) -> *mut bindings::ib_qp {
     // SAFETY: every bit pattern is a valid raw pointer.
     unsafe { cqe.__bindgen_anon_2.base_qp }
