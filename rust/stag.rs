@@ -262,7 +262,9 @@ impl StagTable {
 
     /// Whether the peer may invalidate `stag` with a Send with Invalidate on a stream of
     /// PD `pd` (RFC 5040 §7.2): the checks of [`StagTable::invalidate`], without
-    /// invalidating.
+    /// invalidating. Only a fast-registration MR can be invalidated: a user MR could never
+    /// be made valid again, so a peer could otherwise disable any buffer of the PD that it
+    /// can guess the STag of, advertised or not (rsiw's STags are sequential).
     ///
     /// # Errors
     ///
@@ -278,7 +280,7 @@ impl StagTable {
         if mem.pd != pd {
             return Err(InvalidateCheck::NotAssociated);
         }
-        if mem.dma {
+        if !mem.is_fast() {
             return Err(InvalidateCheck::CannotInvalidate);
         }
         Ok(())
@@ -334,7 +336,8 @@ impl StagTable {
     /// # Errors
     ///
     /// [`InvalidateCheck`]: `InvalidStag` (no such STag or already invalid),
-    /// `NotAssociated` (another PD), `CannotInvalidate` (a DMA MR).
+    /// `NotAssociated` (another PD), `CannotInvalidate` (not a fast-registration MR: a
+    /// DMA or user MR).
     pub(crate) fn invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
         let mem = self
             .regions
@@ -346,7 +349,7 @@ impl StagTable {
         if mem.pd != pd {
             return Err(InvalidateCheck::NotAssociated);
         }
-        if mem.dma {
+        if !mem.is_fast() {
             return Err(InvalidateCheck::CannotInvalidate);
         }
         if !mem.valid.swap(false, Ordering::AcqRel) {

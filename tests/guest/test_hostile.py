@@ -406,6 +406,13 @@ CASES = [
      (0, 1, 0x03), HDR_M | HDR_D | HDR_R),
     ("send_inv_other_pd", lambda k: send_inv(k["fkey"], b"\xEE" * 16),
      (0, 1, 0x03), HDR_M | HDR_D),
+    # Send with Invalidate of the target's own user MRs, an advertised one and one it
+    # never advertised: only fast-registration MRs can be invalidated (a user MR could
+    # never be made valid again), so RDMAP cannot invalidate.
+    ("send_inv_user_mr", lambda k: send_inv(k["wkey"], b"\xEE" * 16), (0, 1, 0x09),
+     HDR_M | HDR_D),
+    ("send_inv_user_mr_not_advertised", lambda k: send_inv(k["lkey"], b"\xEE" * 16),
+     (0, 1, 0x09), HDR_M | HDR_D),
     # Send with Invalidate of an STag nobody registered: RDMAP invalid STag.
     ("send_inv_unknown_stag", lambda k: send_inv(0xABCDE00 | (k["wkey"] & 0xFF), b"\xEE"),
      (0, 1, 0x00), HDR_M | HDR_D),
