@@ -635,6 +635,11 @@ mod suite {
             .fast_register(again, pd.id(), LOCAL_WRITE as i32, base, 4096));
         req!(d.stags.lookup(again, pd.id(), LOCAL_WRITE, base, 4096));
         frmr_moved_iova(t, again)?;
+        req!(d.stags.invalidate(again, pd.id()));
+        req!(d
+            .stags
+            .fast_register(again, pd.id(), LOCAL_WRITE as i32, base, 4096));
+        frmr_placement_against_invalidation(t, again, base)?;
         drop(mr);
         check!(d.stags.lookup(again, pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
         Ok(())
@@ -720,6 +725,32 @@ mod suite {
         check!(d.stags.invalidate(key, pd.id()) == Err(InvalidateCheck::InvalidStag));
         check!(d.stags.lookup(key, pd.id(), 0, iova, 1).err() == Some(TaggedCheck::InvalidStag));
         check!(!m.is_valid());
+        Ok(())
+    }
+
+    /// A placement in progress holds off the invalidation of its region (`crate::stag`,
+    /// placement against invalidation): `stag`, valid with local write at `iova`, revoked
+    /// while a placement guard lives, takes no new placement but still has one in
+    /// progress until the guard goes.
+    fn frmr_placement_against_invalidation(t: &MrRig<'_>, stag: u32, iova: u64) -> Checked {
+        let (d, pd) = (t.dev.driver(), t.pd);
+        let placing = req!(d
+            .stags
+            .lookup_to_place(stag, pd.id(), LOCAL_WRITE, iova, 16));
+        check!(placing.resolve(iova).map(|k| k.addr()) == Some(t.base));
+        let revoked = req!(d.stags.revoke(stag, pd.id()));
+        check!(revoked.placing());
+        check!(
+            d.stags
+                .lookup_to_place(stag, pd.id(), LOCAL_WRITE, iova, 16)
+                .err()
+                == Some(TaggedCheck::InvalidStag)
+        );
+        check!(d.stags.revoke(stag, pd.id()).err() == Some(InvalidateCheck::InvalidStag));
+        check!(revoked.placing());
+        drop(placing);
+        check!(!revoked.placing());
+        revoked.wait();
         Ok(())
     }
 

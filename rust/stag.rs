@@ -12,6 +12,20 @@
 //! The data paths resolve a tagged offset to kernel memory with [`Mem::resolve`]; the TX
 //! path executes REG_MR and LOCAL_INV work requests, and the RX path Send with
 //! Invalidate, with [`StagTable::fast_register`] and [`StagTable::invalidate`].
+//!
+//! # Placement against invalidation
+//!
+//! A kernel consumer unmaps and frees a fast-registration MR's pages as soon as its
+//! LOCAL_INV completed, a received Send with Invalidate of it completed, or
+//! `ib_dereg_mr` returned; the reference a transfer holds keeps the [`Mem`], not those
+//! pages. So the RX path places tagged payload under a [`Placing`] guard
+//! ([`StagTable::lookup_to_place`]), announced before the STag's checks, and
+//! [`StagTable::invalidate`] and [`StagTable::deregister`] clear `valid`, then wait until
+//! no guard of the region is left: a placement that passed its checks has ended when they
+//! return, and one that starts later fails them (the announcement and the two flags are
+//! sequentially consistent, so one side always sees the other). A placement is one
+//! segment's payload from one socket buffer, at most 64768 octets, so the wait is short
+//! and may spin in any context; the placing side holds no lock an invalidation holds.
 
 use crate::abi::access;
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
@@ -19,6 +33,7 @@ use crate::sys::idtable::ArcTable;
 use crate::sys::mem::kmem::{KernelConsumer, Kva};
 use crate::sys::mem::umem::UMem;
 use crate::sys::obj::PdId;
+use core::ops::Deref;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::sync::{new_spinlock_irq, Arc, SpinLockIrq};
@@ -56,10 +71,70 @@ pub(crate) struct Mem {
     pages: SpinLockIrq<KVec<u64>>,
     max_pages: u32,
     page_size: AtomicU32,
+    /// Tagged placements into the region in progress (live [`Placing`] guards).
+    placing: AtomicU32,
 }
 
 /// A reference to a region that keeps it alive while a transfer uses it.
 pub(crate) type MrRef = Arc<Mem>;
+
+/// A tagged placement in progress into a region, from [`StagTable::lookup_to_place`]:
+/// while it lives, an invalidation or deregistration of the region does not return
+/// (see the module documentation). Dereferences to the region.
+///
+/// # Invariants
+///
+/// The guard counts once in its region's `placing`, from its creation to its drop.
+pub(crate) struct Placing(MrRef);
+
+impl Placing {
+    /// Announces a placement into `mem`, before its checks.
+    fn announce(mem: MrRef) -> Self {
+        // Sequentially consistent with the `valid` flag: pairs with the store of `false`
+        // and the load of `placing` in `Revoked::wait` (store buffering: either the
+        // checks see the region invalid, or the invalidation sees this guard).
+        mem.placing.fetch_add(1, Ordering::SeqCst);
+        // INVARIANT: counted above, uncounted in `drop`.
+        Self(mem)
+    }
+}
+
+impl Deref for Placing {
+    type Target = Mem;
+
+    fn deref(&self) -> &Mem {
+        &self.0
+    }
+}
+
+impl Drop for Placing {
+    fn drop(&mut self) {
+        // Release: the placement's writes happen before an invalidation that sees the
+        // count drop returns.
+        self.0.placing.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A region whose STag was just made invalid: [`Revoked::wait`] returns once no
+/// placement into it is in progress.
+#[must_use = "an invalidation is complete only after `wait`"]
+pub(crate) struct Revoked(MrRef);
+
+impl Revoked {
+    /// Whether placements into the region are still in progress.
+    #[cfg_attr(
+        not(CONFIG_KUNIT = "y"),
+        expect(dead_code, reason = "only the KUnit suite looks before waiting")
+    )]
+    pub(crate) fn placing(&self) -> bool {
+        self.0.placing()
+    }
+
+    /// Waits until no placement into the region is in progress; after it, none starts.
+    pub(crate) fn wait(self) {
+        self.0.wait_placements();
+    }
+}
 
 /// The `IB_ACCESS_*` rights an access of the RX engine needs (atomics are not granted on
 /// iWARP MRs: [`Access::RemoteAtomic`] always fails the rights check).
@@ -103,7 +178,24 @@ impl Mem {
 
     /// Whether the STag is valid (registered, fast-registered and not invalidated).
     pub(crate) fn is_valid(&self) -> bool {
-        self.valid.load(Ordering::Acquire)
+        // Sequentially consistent for `Placing` (the module documentation); as cheap as
+        // an acquire load where rsiw runs.
+        self.valid.load(Ordering::SeqCst)
+    }
+
+    /// Whether placements into the region are in progress.
+    fn placing(&self) -> bool {
+        self.placing.load(Ordering::SeqCst) != 0
+    }
+
+    /// Waits (spinning: placements are short and run with softirqs off) until no
+    /// placement into the region is in progress.
+    fn wait_placements(&self) {
+        while self.placing() {
+            core::hint::spin_loop();
+        }
+        // Pairs with the guards' release: their writes are done.
+        core::sync::atomic::fence(Ordering::Acquire);
     }
 
     /// Whether this is a fast-registration MR's region.
@@ -236,6 +328,7 @@ impl StagTable {
                 pages <- new_spinlock_irq!(pages, "rsiw_mr_pages"),
                 max_pages,
                 page_size: AtomicU32::new(0),
+                placing: AtomicU32::new(0),
             }),
             GFP_KERNEL,
         );
@@ -254,10 +347,12 @@ impl StagTable {
     }
 
     /// Invalidates `mem` and removes it from the table: the table's reference goes,
-    /// transfers holding one finish with theirs.
+    /// transfers holding one finish with theirs. Returns once no placement into it is in
+    /// progress (the module documentation).
     pub(crate) fn deregister(&self, mem: &Mem) {
-        mem.valid.store(false, Ordering::Release);
+        mem.valid.store(false, Ordering::SeqCst);
         self.regions.remove(mem.stag.load(Ordering::Relaxed) >> 8);
+        mem.wait_placements();
     }
 
     /// Whether the peer may invalidate `stag` with a Send with Invalidate on a stream of
@@ -312,6 +407,43 @@ impl StagTable {
             .regions
             .get(stag >> 8)
             .ok_or(TaggedCheck::InvalidStag)?;
+        Self::check(&mem, stag, pd, access, to, len)?;
+        Ok(mem)
+    }
+
+    /// [`StagTable::lookup`] for placing received payload: the region under a [`Placing`]
+    /// guard, which an invalidation or deregistration waits for. Hold it only while
+    /// copying one segment's payload.
+    ///
+    /// # Errors
+    ///
+    /// As [`StagTable::lookup`].
+    pub(crate) fn lookup_to_place(
+        &self,
+        stag: u32,
+        pd: PdId,
+        access: u32,
+        to: u64,
+        len: u64,
+    ) -> Result<Placing, TaggedCheck> {
+        let mem = self
+            .regions
+            .get(stag >> 8)
+            .ok_or(TaggedCheck::InvalidStag)?;
+        let placing = Placing::announce(mem);
+        Self::check(&placing, stag, pd, access, to, len)?;
+        Ok(placing)
+    }
+
+    /// The checks of [`StagTable::lookup`] on region `mem`.
+    fn check(
+        mem: &Mem,
+        stag: u32,
+        pd: PdId,
+        access: u32,
+        to: u64,
+        len: u64,
+    ) -> Result<(), TaggedCheck> {
         if !mem.is_valid() || mem.stag() != stag {
             return Err(TaggedCheck::InvalidStag);
         }
@@ -327,11 +459,12 @@ impl StagTable {
         if to < va || end > mend {
             return Err(TaggedCheck::BaseBounds);
         }
-        Ok(mem)
+        Ok(())
     }
 
     /// Invalidates `stag` for a LOCAL_INV work request or a received Send with Invalidate
-    /// on a QP of protection domain `pd`. Any context.
+    /// on a QP of protection domain `pd`. Any context. Returns once no placement into the
+    /// region is in progress (the module documentation).
     ///
     /// # Errors
     ///
@@ -339,6 +472,18 @@ impl StagTable {
     /// `NotAssociated` (another PD), `CannotInvalidate` (not a fast-registration MR: a
     /// DMA or user MR).
     pub(crate) fn invalidate(&self, stag: u32, pd: PdId) -> Result<(), InvalidateCheck> {
+        self.revoke(stag, pd)?.wait();
+        Ok(())
+    }
+
+    /// The first half of [`StagTable::invalidate`]: makes `stag` invalid, so that no
+    /// placement into it starts; the caller waits for those in progress with
+    /// [`Revoked::wait`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StagTable::invalidate`].
+    pub(crate) fn revoke(&self, stag: u32, pd: PdId) -> Result<Revoked, InvalidateCheck> {
         let mem = self
             .regions
             .get(stag >> 8)
@@ -352,10 +497,11 @@ impl StagTable {
         if !mem.is_fast() {
             return Err(InvalidateCheck::CannotInvalidate);
         }
-        if !mem.valid.swap(false, Ordering::AcqRel) {
+        // Sequentially consistent: see `Placing::announce`.
+        if !mem.valid.swap(false, Ordering::SeqCst) {
             return Err(InvalidateCheck::InvalidStag);
         }
-        Ok(())
+        Ok(Revoked(mem))
     }
 
     /// Executes a REG_MR work request on a QP of protection domain `pd`: the

@@ -27,7 +27,7 @@ use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::logtag::{CauseText, Tag};
 use crate::qp::Qp;
-use crate::stag::access_bits;
+use crate::stag::{access_bits, Mem};
 use crate::sys::ibdev::QpRef;
 use crate::sys::mem::kmem::crc32c_kva;
 use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};
@@ -204,26 +204,27 @@ struct RxCtx<'a> {
 }
 
 impl RxCtx<'_> {
-    /// Copies `len` octets at `pos` of `chunk` into the pieces from offset `at` on.
+    /// Copies `len` octets at `pos` of `chunk` into the pieces from offset `at` on; a
+    /// piece is a region, the tagged offset it starts at and its length in octets.
     fn place_pieces<'p>(
         chunk: &SkbChunk<'_>,
         mut pos: usize,
-        pieces: impl Iterator<Item = &'p ResolvedSge>,
+        pieces: impl Iterator<Item = (&'p Mem, u64, u32)>,
         mut at: u64,
         mut len: usize,
         mut crc: Option<&mut u32>,
     ) -> Result<(), PlaceError> {
-        for p in pieces {
+        for (mr, to, plen) in pieces {
             if len == 0 {
                 break;
             }
-            let plen = u64::from(p.len);
+            let plen = u64::from(plen);
             if at >= plen {
                 at -= plen;
                 continue;
             }
             while at < plen && len > 0 {
-                let seg = p.mr.resolve(p.to + at).ok_or(PlaceError::Failed)?;
+                let seg = mr.resolve(to + at).ok_or(PlaceError::Failed)?;
                 let n = seg.len().min(plen - at).min(len as u64);
                 let dst = seg.prefix(n);
                 chunk
@@ -324,20 +325,24 @@ impl RxStream for ChunkStream<'_, '_, '_> {
             PlaceTarget::Tagged { stag, to, access } => {
                 // Resolved again with the right the engine validated: an MR deregistered,
                 // invalidated or re-registered with fewer rights since is not written, and
-                // the engine terminates with the check's tagged buffer error.
+                // the engine terminates with the check's tagged buffer error. The guard
+                // holds off an invalidation until the copy is done (`crate::stag`).
                 let mr = self
                     .ctx
                     .qp
                     .device()
                     .stags
-                    .lookup(stag, self.ctx.pd, access_bits(access), to, len as u64)
+                    .lookup_to_place(stag, self.ctx.pd, access_bits(access), to, len as u64)
                     .map_err(PlaceError::Tagged)?;
-                let piece = ResolvedSge {
-                    mr,
-                    to,
-                    len: u32::try_from(len).map_err(|_| PlaceError::Failed)?,
-                };
-                RxCtx::place_pieces(self.chunk, pos, core::iter::once(&piece), 0, len, crc)
+                let plen = u32::try_from(len).map_err(|_| PlaceError::Failed)?;
+                RxCtx::place_pieces(
+                    self.chunk,
+                    pos,
+                    core::iter::once((&*mr, to, plen)),
+                    0,
+                    len,
+                    crc,
+                )
             }
             PlaceTarget::Untagged { msn, mo, .. } => {
                 let msg = self.ctx.msg.try_borrow().map_err(|_| PlaceError::Failed)?;
@@ -345,7 +350,7 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     Some(m) if m.msn == msn => RxCtx::place_pieces(
                         self.chunk,
                         pos,
-                        m.pieces.iter(),
+                        m.pieces.iter().map(|p| (&*p.mr, p.to, p.len)),
                         u64::from(mo),
                         len,
                         crc,
