@@ -144,6 +144,8 @@ pub struct Harness {
     pub now: u64,
     /// Reads admitted and not completed, oldest first (the Read RTR included, len 0).
     outstanding: VecDeque<ReadSink>,
+    /// Octets Read Responses placed into the oldest outstanding Read's sink so far.
+    sink_at: u64,
     /// The SQ head waiting for admission.
     sq: VecDeque<SqHead>,
     role: Role,
@@ -185,6 +187,7 @@ impl Harness {
             rec: Rec::default(),
             now: 0,
             outstanding: VecDeque::new(),
+            sink_at: 0,
             sq: VecDeque::new(),
             role: n.role,
             rtr: n.rtr,
@@ -283,8 +286,34 @@ impl Harness {
         if self.session.decoder().mpa().fpdus() != fpdus {
             self.fpdu_seen = true;
         }
+        // Read Responses fill the sinks of the outstanding Reads one after the other,
+        // oldest first, each from its start without a gap (RFC 5040 §5.2, §7.2):
+        // `(k, at)` follows the sink being filled through this call's placements.
+        let (mut k, mut at) = (0, self.sink_at);
         for (t, d) in &s.placed {
             check_placement(&self.mem, t, d.len());
+            if let PlaceTarget::Tagged {
+                stag,
+                to,
+                access: Access::LocalWrite,
+            } = *t
+            {
+                while sinks.get(k).is_some_and(|s| at == u64::from(s.len)) {
+                    (k, at) = (k + 1, 0);
+                }
+                let s = sinks.get(k).unwrap_or_else(|| {
+                    panic!("Read Response placement {t:?} with every sink full")
+                });
+                assert!(
+                    stag == s.stag
+                        && s.to.checked_add(at) == Some(to)
+                        && at + d.len() as u64 <= u64::from(s.len),
+                    "Read Response placement {t:?} +{} is not the next octets of the oldest \
+                     open sink {s:?} (+{at} placed)",
+                    d.len()
+                );
+                at += d.len() as u64;
+            }
             match *t {
                 PlaceTarget::Tagged { access, .. } => {
                     assert!(
@@ -326,6 +355,13 @@ impl Harness {
             self.head_waiting = false;
         }
         self.last_wake = wake;
+        // Placements went only to the sinks of Reads this call completed and the oldest
+        // one left.
+        assert!(
+            k <= completed,
+            "Read Response placed into sink {k} with {completed} Reads completed before it"
+        );
+        self.sink_at = if k == completed { at } else { 0 };
         let mut ulp = done.iter();
         for _ in 0..completed {
             let r = self.outstanding.pop_front().expect("a completed Read");
