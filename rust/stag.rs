@@ -403,10 +403,7 @@ impl StagTable {
         to: u64,
         len: u64,
     ) -> Result<MrRef, TaggedCheck> {
-        let mem = self
-            .regions
-            .get(stag >> 8)
-            .ok_or(TaggedCheck::InvalidStag)?;
+        let mem = self.region(stag)?;
         Self::check(&mem, stag, pd, access, to, len)?;
         Ok(mem)
     }
@@ -426,13 +423,14 @@ impl StagTable {
         to: u64,
         len: u64,
     ) -> Result<Placing, TaggedCheck> {
-        let mem = self
-            .regions
-            .get(stag >> 8)
-            .ok_or(TaggedCheck::InvalidStag)?;
-        let placing = Placing::announce(mem);
+        let placing = Placing::announce(self.region(stag)?);
         Self::check(&placing, stag, pd, access, to, len)?;
         Ok(placing)
+    }
+
+    /// The region of `stag`'s index, whatever its key and state.
+    fn region(&self, stag: u32) -> Result<MrRef, TaggedCheck> {
+        self.regions.get(stag >> 8).ok_or(TaggedCheck::InvalidStag)
     }
 
     /// The checks of [`StagTable::lookup`] on region `mem`.
