@@ -22,7 +22,7 @@
 //! ([`StagTable::lookup_to_place`]), announced before the STag's checks, and
 //! [`StagTable::invalidate`] and [`StagTable::deregister`] clear `valid`, then wait until
 //! no guard of the region is left: a placement that passed its checks has ended when they
-//! return, and one that starts later fails them (the announcement and the two flags are
+//! return, and one that starts later fails them (the guard count and the `valid` flag are
 //! sequentially consistent, so one side always sees the other). A placement is one
 //! segment's payload from one socket buffer, at most 64768 octets, so the wait is short
 //! and may spin in any context; the placing side holds no lock an invalidation holds.
@@ -91,8 +91,9 @@ impl Placing {
     /// Announces a placement into `mem`, before its checks.
     fn announce(mem: MrRef) -> Self {
         // Sequentially consistent with the `valid` flag: pairs with the store of `false`
-        // and the load of `placing` in `Revoked::wait` (store buffering: either the
-        // checks see the region invalid, or the invalidation sees this guard).
+        // in `StagTable::revoke` or `StagTable::deregister` and the load of `placing` in
+        // `Mem::wait_placements` (store buffering: either the checks see the region
+        // invalid, or the invalidation sees this guard).
         mem.placing.fetch_add(1, Ordering::SeqCst);
         // INVARIANT: counted above, uncounted in `drop`.
         Self(mem)
