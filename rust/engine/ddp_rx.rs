@@ -318,6 +318,13 @@ impl<S: Store> DdpRx<S> {
         &self.orq
     }
 
+    /// Sets the inbound request depth to `ird` from now on; requests delivered already
+    /// keep their slots until released. The session lowers it to the negotiated IRD once
+    /// the zero-length Read RTR had the slot kept for it (RFC 6581 §5).
+    pub fn set_ird(&mut self, ird: u32) {
+        self.cfg.ird = ird;
+    }
+
     /// The shell finished responding to one inbound request (sent the last segment of a
     /// Read Response, or an Atomic Response): frees one IRD slot. Extra calls are ignored.
     pub fn release_ird(&mut self) {

@@ -114,6 +114,11 @@ impl<S: Store> Decoder<S> {
         self.ddp.fail();
     }
 
+    /// See [`DdpRx::set_ird`].
+    pub fn set_ird(&mut self, ird: u32) {
+        self.ddp.set_ird(ird);
+    }
+
     /// See [`DdpRx::release_ird`].
     pub fn release_ird(&mut self) {
         self.ddp.release_ird();

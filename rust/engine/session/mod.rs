@@ -333,7 +333,8 @@ impl<S: Store> Session<S> {
             timeout_ms: cfg.timeout_ms,
         };
         let responder = n.role == Role::Responder;
-        // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1).
+        // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1), for the
+        // first FPDU only: `handle_rx` sets `cfg.ird` once one arrived.
         let rx_ird = if responder && n.rtr == Some(RtrType::Read) {
             cfg.ird.max(1)
         } else {
@@ -442,6 +443,11 @@ impl<S: Store> Session<S> {
             if let RtrPhase::Awaiting { .. } = self.rtr {
                 self.rtr = RtrPhase::Done;
                 wake = true;
+            }
+            // The Read RTR's slot (`start`) served the first FPDU; a Request in the same
+            // batch behind the RTR found it taken already.
+            if self.dec.ddp().config().ird != self.cfg.ird {
+                self.dec.set_ird(self.cfg.ird);
             }
         }
         match r {

@@ -23,7 +23,7 @@ use rsiw_core::engine::startup::Role;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::ddp::{DdpError, TaggedError, UntaggedError};
 use rsiw_core::wire::mpa::{MpaErrorCode, RtrType};
-use rsiw_core::wire::rdmap::{Opcode, OperationError, RdmapError};
+use rsiw_core::wire::rdmap::{Opcode, OperationError, RdmapError, ReadRequest};
 use rsiw_core::wire::terminate::{TermCause, Terminate};
 use rsiw_core::wire::ulpdu::{Config, RdmapHeader, UlpduHeader};
 use session_util::*;
@@ -190,6 +190,65 @@ fn read_requests_are_answered_in_order_within_ird() {
         .transmits()
         .iter()
         .any(|t| matches!(t, Transmit::ReadResponse(_))));
+}
+
+#[test]
+fn ird_0_admits_the_read_rtr_and_no_read_after_it() {
+    // IRD 0 with the zero-length Read RTR (RFC 6581 §5): the RTR takes the one inbound
+    // Read slot the Responder keeps for it, and only it. Once it is answered, a Read
+    // Request exceeds IRD 0.
+    let rtr = read_request(0x77, 0, 0, 0);
+    let real = read_request(0x77, 8, 0x300, 0x3000);
+    let first = stream(|b| {
+        b.push(&rreq(1, rtr), &[]);
+    });
+    let second = stream(|b| {
+        b.push(&rreq(2, real), &[]);
+    });
+    let responses = |h: &Harness| -> Vec<ReadRequest> {
+        h.transmits()
+            .into_iter()
+            .filter_map(|t| match t {
+                Transmit::ReadResponse(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut h = harness(Role::Responder, Some(RtrType::Read), 0, 1);
+    h.run(&[Op::Rx(first), TX]);
+    assert_eq!(responses(&h), vec![rtr]);
+    assert_eq!(h.session.state(), SessionState::Active);
+    h.run(&[Op::Rx(second), TX]);
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+    assert_eq!(responses(&h), vec![rtr]);
+
+    // Both in one batch: the second exceeds the RTR's slot already.
+    let both_at_once = stream(|b| {
+        b.push(&rreq(1, rtr), &[]);
+        b.push(&rreq(2, real), &[]);
+    });
+    let mut h = harness(Role::Responder, Some(RtrType::Read), 0, 1);
+    h.run(&[Op::Rx(both_at_once), TX]);
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+    assert!(!responses(&h).contains(&real));
+
+    // IRD 1 with the Read RTR: the RTR answered, one Read at a time is within IRD.
+    let mut h = harness(Role::Responder, Some(RtrType::Read), 1, 1);
+    let first = stream(|b| {
+        b.push(&rreq(1, rtr), &[]);
+    });
+    let second = stream(|b| {
+        b.push(&rreq(2, real), &[]);
+    });
+    h.run(&[Op::Rx(first), TX, Op::Rx(second), TX]);
+    assert_eq!(responses(&h), vec![rtr, real]);
+    assert_eq!(h.session.state(), SessionState::Active);
 }
 
 #[test]

@@ -15,7 +15,8 @@
 //!   Failed before Closed;
 //! - the peer-to-peer Initiator sends the RTR before anything else, and the Responder
 //!   sends nothing before the first FPDU arrived;
-//! - at most IRD Read Requests wait for their Response, at most ORD Reads are outstanding,
+//! - at most IRD Read Requests wait for their Response (with IRD 0, the peer-to-peer
+//!   Responder answers the Read RTR and nothing else), at most ORD Reads are outstanding,
 //!   and a fenced work request is admitted only with no Read outstanding.
 //!
 //! Needs `mpa_util` and `ddp_util` declared next to it at the crate root.
@@ -473,10 +474,24 @@ impl Harness {
             self.stopped = true;
             assert_eq!(self.session.irq().len(), 0, "Read Requests kept after stop");
         }
-        assert!(
-            self.session.irq().len() <= self.session.config().ird.max(1) as usize,
-            "more Read Requests waiting than IRD"
-        );
+        // IRD, and one more slot for the Read RTR only while it is the only Request the
+        // peer-to-peer Responder has seen (RFC 6581 §5): IRD 0 answers that one alone.
+        let answered = self
+            .rec
+            .out
+            .iter()
+            .filter(|o| matches!(o, Out::Tx(Transmit::ReadResponse(_))))
+            .count();
+        let waiting = self.session.irq().len();
+        let ird = self.session.config().ird as usize;
+        if self.role == Role::Responder && self.rtr == Some(RtrType::Read) && ird == 0 {
+            assert!(
+                answered + waiting <= 1,
+                "IRD 0: a Read Request besides the Read RTR admitted"
+            );
+        } else {
+            assert!(waiting <= ird, "more Read Requests waiting than IRD");
+        }
     }
 }
 
