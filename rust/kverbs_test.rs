@@ -18,7 +18,7 @@ mod suite {
     use crate::limits::MAX_FRMR_PAGES;
     use crate::qp::Qp;
     use crate::srq::Srq;
-    use crate::stag::{access_bits, MrRef};
+    use crate::stag::{access_bits, InUse, MrRef};
     use crate::sys::bindings as b;
     use crate::sys::kverbs::{
         cpu_online, flush_comp_calls, netdev_by_name, wc_invalidate_rkey, wc_wr_id, Caps, Events,
@@ -728,28 +728,46 @@ mod suite {
         Ok(())
     }
 
-    /// A placement in progress holds off the invalidation of its region (`crate::stag`,
-    /// placement against invalidation): `stag`, valid with local write at `iova`, revoked
-    /// while a placement guard lives, takes no new placement but still has one in
-    /// progress until the guard goes.
+    /// An access in progress holds off the invalidation of its region (`crate::stag`,
+    /// accesses against invalidation): `stag`, valid with local write at `iova`, revoked
+    /// while a placement guard lives, takes no new placement and no new read
+    /// (`InUse::take`), but still has one access in progress until the guard goes.
     fn frmr_placement_against_invalidation(t: &MrRig<'_>, stag: u32, iova: u64) -> Checked {
         let (d, pd) = (t.dev.driver(), t.pd);
         let placing = req!(d
             .stags
             .lookup_to_place(stag, pd.id(), LOCAL_WRITE, iova, 16));
         check!(placing.resolve(iova).map(|k| k.addr()) == Some(t.base));
+        let placing_mr = req!(d.stags.lookup(stag, pd.id(), 0, iova, 16));
+        // A read guard taken on the region's reference, as the TX path takes one per
+        // Read Response FPDU: while valid, it checks and holds off the revocation too.
+        let reading = req!(InUse::take(&placing_mr, stag, pd.id(), 0, iova, 16));
+        check!(
+            InUse::take(&placing_mr, stag ^ 1, pd.id(), 0, iova, 16).err()
+                == Some(TaggedCheck::InvalidStag)
+        );
+        check!(
+            InUse::take(&placing_mr, stag, pd.id(), 0, iova, 1 << 40).err()
+                == Some(TaggedCheck::BaseBounds)
+        );
         let revoked = req!(d.stags.revoke(stag, pd.id()));
-        check!(revoked.placing());
+        check!(revoked.in_use());
         check!(
             d.stags
                 .lookup_to_place(stag, pd.id(), LOCAL_WRITE, iova, 16)
                 .err()
                 == Some(TaggedCheck::InvalidStag)
         );
+        check!(
+            InUse::take(&placing_mr, stag, pd.id(), 0, iova, 16).err()
+                == Some(TaggedCheck::InvalidStag)
+        );
         check!(d.stags.revoke(stag, pd.id()).err() == Some(InvalidateCheck::InvalidStag));
-        check!(revoked.placing());
+        check!(revoked.in_use());
         drop(placing);
-        check!(!revoked.placing());
+        check!(revoked.in_use());
+        drop(reading);
+        check!(!revoked.in_use());
         revoked.wait();
         Ok(())
     }

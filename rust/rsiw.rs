@@ -104,7 +104,7 @@ module! {
         },
         zcopy_tx: bool {
             default: true,
-            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for Read Responses and unsignalled Send/Write WRs of at least a page, as the C siw does; the start value of each new device's sysfs setting of this name",
+            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for unsignalled Send/Write WRs of at least a page, as the C siw does (Read Responses are always copied); the start value of each new device's sysfs setting of this name",
         },
         max_mr: u32 {
             default: 1024000,

@@ -13,19 +13,23 @@
 //! path executes REG_MR and LOCAL_INV work requests, and the RX path Send with
 //! Invalidate, with [`StagTable::fast_register`] and [`StagTable::invalidate`].
 //!
-//! # Placement against invalidation
+//! # Accesses against invalidation
 //!
 //! A kernel consumer unmaps and frees a fast-registration MR's pages as soon as its
 //! LOCAL_INV completed, a received Send with Invalidate of it completed, or
-//! `ib_dereg_mr` returned; the reference a transfer holds keeps the [`Mem`], not those
-//! pages. So the RX path places tagged payload under a [`Placing`] guard
-//! ([`StagTable::lookup_to_place`]), announced before the STag's checks, and
-//! [`StagTable::invalidate`] and [`StagTable::deregister`] clear `valid`, then wait until
-//! no guard of the region is left: a placement that passed its checks has ended when they
-//! return, and one that starts later fails them (the guard count and the `valid` flag are
-//! sequentially consistent, so one side always sees the other). A placement is one
-//! segment's payload from one socket buffer, at most 64768 octets, so the wait is short
-//! and may spin in any context; the placing side holds no lock an invalidation holds.
+//! `ib_dereg_mr` returned; a user process reuses a buffer once `ibv_dereg_mr` returned.
+//! The reference a transfer holds keeps the [`Mem`], not the consumer's claim to those
+//! pages. So the accesses a peer drives are made under an [`InUse`] guard, announced
+//! before the STag's checks: the RX path places tagged payload under one
+//! ([`StagTable::lookup_to_place`]), the TX path reads each FPDU of a Read Response
+//! under one ([`InUse::take`]). [`StagTable::invalidate`] and [`StagTable::deregister`]
+//! clear `valid`, then wait until no guard of the region is left: an access that passed
+//! its checks has ended when they return, and one that starts later fails them (the
+//! guard count and the `valid` flag are sequentially consistent, so one side always sees
+//! the other). An access is one segment's payload, at most 64768 octets, copied from one
+//! socket buffer or into one FPDU's own buffer, so the wait is short and may spin in any
+//! context: the side holding a guard has softirqs off (a softirq that invalidates cannot
+//! interrupt it on its CPU), takes no lock an invalidation holds, and waits for nothing.
 
 use crate::abi::access;
 use crate::engine::rx_shell::{Access, InvalidateCheck, TaggedCheck};
@@ -71,36 +75,58 @@ pub(crate) struct Mem {
     pages: SpinLockIrq<KVec<u64>>,
     max_pages: u32,
     page_size: AtomicU32,
-    /// Tagged placements into the region in progress (live [`Placing`] guards).
-    placing: AtomicU32,
+    /// Accesses to the region in progress (live [`InUse`] guards).
+    in_use: AtomicU32,
 }
 
 /// A reference to a region that keeps it alive while a transfer uses it.
 pub(crate) type MrRef = Arc<Mem>;
 
-/// A tagged placement in progress into a region, from [`StagTable::lookup_to_place`]:
-/// while it lives, an invalidation or deregistration of the region does not return
-/// (see the module documentation). Dereferences to the region.
+/// An access the peer drives to a region in progress (a tagged placement, or the read of
+/// one Read Response FPDU's payload): while it lives, an invalidation or deregistration
+/// of the region does not return (see the module documentation). Dereferences to the
+/// region.
 ///
 /// # Invariants
 ///
-/// The guard counts once in its region's `placing`, from its creation to its drop.
-pub(crate) struct Placing(MrRef);
+/// The guard counts once in its region's `in_use`, from its creation to its drop.
+pub(crate) struct InUse(MrRef);
 
-impl Placing {
-    /// Announces a placement into `mem`, before its checks.
+impl InUse {
+    /// Announces an access to `mem`, before its checks.
     fn announce(mem: MrRef) -> Self {
         // Sequentially consistent with the `valid` flag: pairs with the store of `false`
-        // in `StagTable::revoke` or `StagTable::deregister` and the load of `placing` in
-        // `Mem::wait_placements` (store buffering: either the checks see the region
-        // invalid, or the invalidation sees this guard).
-        mem.placing.fetch_add(1, Ordering::SeqCst);
+        // in `StagTable::revoke` or `StagTable::deregister` and the load of `in_use` in
+        // `Mem::wait_unused` (store buffering: either the checks see the region invalid,
+        // or the invalidation sees this guard).
+        mem.in_use.fetch_add(1, Ordering::SeqCst);
         // INVARIANT: counted above, uncounted in `drop`.
         Self(mem)
     }
+
+    /// Checks `stag` again on region `mem` (which a lookup of it returned) for an access
+    /// of `len` octets at tagged offset `to` needing the `IB_ACCESS_*` rights `access`
+    /// from a QP of protection domain `pd`, and returns the access's guard. Any context.
+    ///
+    /// # Errors
+    ///
+    /// As [`StagTable::lookup`]: the region was invalidated, deregistered or registered
+    /// again with another key, rights or bounds since.
+    pub(crate) fn take(
+        mem: &MrRef,
+        stag: u32,
+        pd: PdId,
+        access: u32,
+        to: u64,
+        len: u64,
+    ) -> Result<Self, TaggedCheck> {
+        let guard = Self::announce(mem.clone());
+        StagTable::check(&guard, stag, pd, access, to, len)?;
+        Ok(guard)
+    }
 }
 
-impl Deref for Placing {
+impl Deref for InUse {
     type Target = Mem;
 
     fn deref(&self) -> &Mem {
@@ -108,32 +134,32 @@ impl Deref for Placing {
     }
 }
 
-impl Drop for Placing {
+impl Drop for InUse {
     fn drop(&mut self) {
-        // Release: the placement's writes happen before an invalidation that sees the
-        // count drop returns.
-        self.0.placing.fetch_sub(1, Ordering::Release);
+        // Release: the access's reads and writes happen before an invalidation that sees
+        // the count drop returns.
+        self.0.in_use.fetch_sub(1, Ordering::Release);
     }
 }
 
 /// A region whose STag was just made invalid: [`Revoked::wait`] returns once no
-/// placement into it is in progress.
+/// access to it is in progress.
 #[must_use = "an invalidation is complete only after `wait`"]
 pub(crate) struct Revoked(MrRef);
 
 impl Revoked {
-    /// Whether placements into the region are still in progress.
+    /// Whether accesses to the region are still in progress.
     #[cfg_attr(
         not(CONFIG_KUNIT = "y"),
         expect(dead_code, reason = "only the KUnit suite looks before waiting")
     )]
-    pub(crate) fn placing(&self) -> bool {
-        self.0.placing()
+    pub(crate) fn in_use(&self) -> bool {
+        self.0.in_use()
     }
 
-    /// Waits until no placement into the region is in progress; after it, none starts.
+    /// Waits until no access to the region is in progress; after it, none starts.
     pub(crate) fn wait(self) {
-        self.0.wait_placements();
+        self.0.wait_unused();
     }
 }
 
@@ -179,20 +205,20 @@ impl Mem {
 
     /// Whether the STag is valid (registered, fast-registered and not invalidated).
     pub(crate) fn is_valid(&self) -> bool {
-        // Sequentially consistent for `Placing` (the module documentation); as cheap as
+        // Sequentially consistent for `InUse` (the module documentation); as cheap as
         // an acquire load where rsiw runs.
         self.valid.load(Ordering::SeqCst)
     }
 
-    /// Whether placements into the region are in progress.
-    fn placing(&self) -> bool {
-        self.placing.load(Ordering::SeqCst) != 0
+    /// Whether accesses to the region are in progress.
+    fn in_use(&self) -> bool {
+        self.in_use.load(Ordering::SeqCst) != 0
     }
 
-    /// Waits (spinning: placements are short and run with softirqs off) until no
-    /// placement into the region is in progress.
-    fn wait_placements(&self) {
-        while self.placing() {
+    /// Waits (spinning: accesses are short and wait for nothing) until no access to the
+    /// region is in progress.
+    fn wait_unused(&self) {
+        while self.in_use() {
             core::hint::spin_loop();
         }
         // Pairs with the guards' release: their writes are done.
@@ -329,7 +355,7 @@ impl StagTable {
                 pages <- new_spinlock_irq!(pages, "rsiw_mr_pages"),
                 max_pages,
                 page_size: AtomicU32::new(0),
-                placing: AtomicU32::new(0),
+                in_use: AtomicU32::new(0),
             }),
             GFP_KERNEL,
         );
@@ -348,12 +374,12 @@ impl StagTable {
     }
 
     /// Invalidates `mem` and removes it from the table: the table's reference goes,
-    /// transfers holding one finish with theirs. Returns once no placement into it is in
+    /// transfers holding one finish with theirs. Returns once no access to it is in
     /// progress (the module documentation).
     pub(crate) fn deregister(&self, mem: &Mem) {
         mem.valid.store(false, Ordering::SeqCst);
         self.regions.remove(mem.stag.load(Ordering::Relaxed) >> 8);
-        mem.wait_placements();
+        mem.wait_unused();
     }
 
     /// Whether the peer may invalidate `stag` with a Send with Invalidate on a stream of
@@ -409,7 +435,7 @@ impl StagTable {
         Ok(mem)
     }
 
-    /// [`StagTable::lookup`] for placing received payload: the region under a [`Placing`]
+    /// [`StagTable::lookup`] for placing received payload: the region under an [`InUse`]
     /// guard, which an invalidation or deregistration waits for. Hold it only while
     /// copying one segment's payload.
     ///
@@ -423,10 +449,10 @@ impl StagTable {
         access: u32,
         to: u64,
         len: u64,
-    ) -> Result<Placing, TaggedCheck> {
-        let placing = Placing::announce(self.region(stag)?);
-        Self::check(&placing, stag, pd, access, to, len)?;
-        Ok(placing)
+    ) -> Result<InUse, TaggedCheck> {
+        let guard = InUse::announce(self.region(stag)?);
+        Self::check(&guard, stag, pd, access, to, len)?;
+        Ok(guard)
     }
 
     /// The region of `stag`'s index, whatever its key and state.
@@ -462,7 +488,7 @@ impl StagTable {
     }
 
     /// Invalidates `stag` for a LOCAL_INV work request or a received Send with Invalidate
-    /// on a QP of protection domain `pd`. Any context. Returns once no placement into the
+    /// on a QP of protection domain `pd`. Any context. Returns once no access to the
     /// region is in progress (the module documentation).
     ///
     /// # Errors
@@ -476,7 +502,7 @@ impl StagTable {
     }
 
     /// The first half of [`StagTable::invalidate`]: makes `stag` invalid, so that no
-    /// placement into it starts; the caller waits for those in progress with
+    /// access to it starts; the caller waits for those in progress with
     /// [`Revoked::wait`].
     ///
     /// # Errors
@@ -496,7 +522,7 @@ impl StagTable {
         if !mem.is_fast() {
             return Err(InvalidateCheck::CannotInvalidate);
         }
-        // Sequentially consistent: see `Placing::announce`.
+        // Sequentially consistent: see `InUse::announce`.
         if !mem.valid.swap(false, Ordering::SeqCst) {
             return Err(InvalidateCheck::InvalidStag);
         }

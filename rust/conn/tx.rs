@@ -4,7 +4,7 @@
 //! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP ([`TxFpdu`]),
 //! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
-use super::tx_fpdu::{FpduSink, TxFpdu};
+use super::tx_fpdu::{BuildError, FpduSink, Source, TxFpdu};
 use super::{Conn, Inner, Reason, ResolvedSge, SgeList};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
@@ -19,7 +19,7 @@ use crate::stag::access_bits;
 use crate::sys::ibdev::QpRef;
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
-use crate::wire::rdmap::{ProtectionError, RdmapError, ReadRequest};
+use crate::wire::rdmap::{RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
 use crate::wqe::SendWqe;
 use core::sync::atomic::Ordering;
@@ -85,9 +85,10 @@ pub(super) enum JobKind {
     /// An RDMA Read Request; its WQE entered the outstanding Reads before the Request
     /// was built (its Response can arrive as soon as the Request is queued).
     Read,
-    /// A Read Response; it frees its IRD slot just before its last FPDU is queued (the
+    /// A Read Response from Data Source STag `src_stag`, read under a guard taken per
+    /// FPDU ([`Source`]); it frees its IRD slot just before its last FPDU is queued (the
     /// peer may send its next Read Request as soon as that arrived).
-    ReadResponse,
+    ReadResponse { src_stag: u32 },
     /// Our TERMINATE: the session closes once it is queued.
     Terminate,
     /// The peer-to-peer model's zero-length RTR message (RFC 6581 §5), sent first.
@@ -181,10 +182,24 @@ impl Conn {
                 }
             }
             budget -= 1;
-            if let Err(e) = Self::build_fpdu(this, g) {
-                pr_err_ratelimited!("{}: cannot build an FPDU ({e:?})\n", this.tag);
-                Self::close_locked(this, g, Reason::Reset);
-                return false;
+            match Self::build_fpdu(this, g) {
+                Ok(()) => {}
+                Err(BuildError::Source(c)) => {
+                    // The Data Source was taken back while its Response streamed out: RFC
+                    // 5040 §7.2's Remote Protection Error for it, instead of the rest.
+                    pr_warn_ratelimited!(
+                        "{}: Read Response cut short: its Data Source failed its checks ({c:?})\n",
+                        this.tag
+                    );
+                    g.job = None;
+                    g.tx.abort();
+                    this.fail_session(c.rdmap_cause());
+                }
+                Err(BuildError::Local(e)) => {
+                    pr_err_ratelimited!("{}: cannot build an FPDU ({e:?})\n", this.tag);
+                    Self::close_locked(this, g, Reason::Reset);
+                    return false;
+                }
             }
         }
     }
@@ -250,7 +265,7 @@ impl Conn {
                 };
                 Qp::complete_send(qp.qp(), &w, WcStatus::Success, len);
             }
-            JobKind::Read | JobKind::ReadResponse | JobKind::Rtr => {}
+            JobKind::Read | JobKind::ReadResponse { .. } | JobKind::Rtr => {}
             JobKind::Terminate => {
                 let cause = {
                     let mut rx = this.rx.lock();
@@ -317,11 +332,9 @@ impl Conn {
                 u64::from(req.size),
             ) {
                 Ok(mr) => Some(mr),
-                Err(_) => {
+                Err(e) => {
                     // Checked when the Request arrived; the region went away since.
-                    this.fail_session(TermCause::rdmap(RdmapError::RemoteProtection(
-                        ProtectionError::InvalidStag,
-                    )));
+                    this.fail_session(e.rdmap_cause());
                     return true;
                 }
             }
@@ -331,9 +344,12 @@ impl Conn {
             to: req.sink_to,
             len: req.size,
         };
-        let started = Self::start_message(this, g, resp, JobKind::ReadResponse, Payload::None);
+        let kind = JobKind::ReadResponse {
+            src_stag: req.src_stag,
+        };
+        let started = Self::start_message(this, g, resp, kind, Payload::None);
         // The payload goes into the job in place.
-        if let (Some(mr), Some((JobKind::ReadResponse, p))) = (mr, g.job.as_mut()) {
+        if let (Some(mr), Some((JobKind::ReadResponse { .. }, p))) = (mr, g.job.as_mut()) {
             if let Some(list) = p.set_pieces() {
                 // The list is empty: never fails.
                 let _ = list.push(
@@ -524,18 +540,47 @@ impl Conn {
             .map_err(|_| WcStatus::LocQpOpErr)
     }
 
-    /// Builds the next FPDU of the current message into `g.fpdu`.
-    fn build_fpdu(this: &Conn, g: &mut Inner) -> Result {
+    /// Builds the next FPDU of the current message into `g.fpdu`. A Read Response's
+    /// payload is read only after its Data Source passed its checks again, under a guard
+    /// (`crate::conn::tx_fpdu`).
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Source`] if the Data Source failed its checks (the caller makes the
+    /// session's TERMINATE due), [`BuildError::Local`] otherwise.
+    fn build_fpdu(this: &Conn, g: &mut Inner) -> Result<(), BuildError> {
+        let pd = g.pd;
         let Some((kind, payload)) = g.job.as_mut() else {
-            return Err(EINVAL);
+            return Err(BuildError::Local(EINVAL));
         };
         let zcopy = this.zcopy_tx && zero_copy(kind, payload);
-        let cap = g.tx.next_fpdu_len().map_err(|_| EINVAL)?;
+        let source = match kind {
+            JobKind::ReadResponse { src_stag } => Some(Source {
+                stag: *src_stag,
+                pd,
+            }),
+            _ => None,
+        };
+        let cap =
+            g.tx.next_fpdu_len()
+                .map_err(|_| BuildError::Local(EINVAL))?;
         g.bufs.clear();
-        let mut sink = FpduSink::new(&mut g.bufs, payload, 128.min(cap))?;
-        let info: FpduInfo = g.tx.next_fpdu(&mut sink).map_err(|_| EINVAL)?;
-        sink.finish()?;
-        if info.last && matches!(g.job, Some((JobKind::ReadResponse, _))) {
+        let mut sink =
+            FpduSink::new(&mut g.bufs, payload, 128.min(cap), source).map_err(BuildError::Local)?;
+        let built = g.tx.next_fpdu(&mut sink);
+        let r = sink.finish();
+        let info: FpduInfo = match (built, r) {
+            (Ok(info), Ok(())) => info,
+            (_, Err(e)) => {
+                g.bufs.clear();
+                return Err(e);
+            }
+            (Err(_), Ok(())) => {
+                g.bufs.clear();
+                return Err(BuildError::Local(EINVAL));
+            }
+        };
+        if info.last && matches!(g.job, Some((JobKind::ReadResponse { .. }, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().session.read_response_sent();
         }
@@ -546,17 +591,19 @@ impl Conn {
 
 /// Whether the payload of the message `kind` sends may go to TCP by page reference (if the
 /// connection's `zcopy_tx` is on): TCP then reads the memory when it (re)transmits, not
-/// when rsiw queues it. Allowed, as in the C siw, where no completion tells the consumer that the
-/// buffer is free again when the last octet is queued: a Read Response (the peer's Read
-/// completes only once the data arrived) and an unsignalled Send or Write, and only for
-/// payloads of at least a page (a smaller one costs less to copy than to splice).
-/// Signalled WRs and inline data are always copied.
+/// when rsiw queues it. Allowed where no completion tells the consumer that the buffer is
+/// free again when the last octet is queued, an unsignalled Send or Write, and only for
+/// payloads of at least a page (a smaller one costs less to copy than to splice): the
+/// consumer's own buffer, which it reuses only after a later signalled WR completed.
+/// Signalled WRs and inline data are always copied, and so are Read Responses (unlike in
+/// the C siw): their Data Source is the peer's choice, and the consumer may invalidate or
+/// deregister it at any time, after which no octet of it may reach the peer
+/// (`crate::conn::tx_fpdu`); TCP reading the pages later could not be held to that.
 fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
     let Payload::Pieces { list, .. } = payload else {
         return false;
     };
     let eligible = match kind {
-        JobKind::ReadResponse => true,
         JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
         _ => false,
     };

@@ -4,12 +4,23 @@
 //! buffers ([`FpduSink`]: the octets the builder made, the payload as memory ranges or,
 //! when small, copied next to them), and handed to TCP ([`TxFpdu`]), copied or by page
 //! reference.
+//!
+//! A Read Response's payload is copied into the FPDU's own octets under an [`InUse`]
+//! guard of its Data Source, taken per FPDU after checking the STag again ([`Source`]):
+//! the Data Source is the peer's choice, and the consumer may take it back (invalidate or
+//! deregister it) while a Response streams out of it, so no octet may be read from it
+//! after that returned, even by TCP later. The guard lives for the copy only, with
+//! softirqs off: an invalidation spins until the guards of its region are gone, and the
+//! receive path of any connection may invalidate from softirq on this CPU.
 
 use super::tx::Payload;
+use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::stream::TxSink;
-use crate::stag::MrRef;
+use crate::stag::{access_bits, InUse, MrRef};
+use crate::sys::bhlock::BhOff;
 use crate::sys::mem::kmem::{crc32c_kva, extend_bytes, extend_from_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::Socket;
+use crate::sys::obj::PdId;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -84,6 +95,46 @@ impl FpduBufs {
         self.own.clear();
         self.parts.clear();
         self.hold.clear();
+    }
+
+    /// Appends `len` octets of `mr` from tagged offset `to`, read from `source`, to the
+    /// FPDU's own octets, folding them into `crc`: under a guard of the region, taken
+    /// after `source`'s checks passed for the whole range, with softirqs off (the module
+    /// documentation). Room is made first, so nothing allocates under the guard.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Source`] if the checks failed; [`BuildError::Local`] for `ENOMEM`, or
+    /// a range that does not resolve (`EFAULT`).
+    fn push_guarded(
+        &mut self,
+        source: &Source,
+        mr: &MrRef,
+        to: u64,
+        len: u64,
+        mut crc: Option<&mut u32>,
+    ) -> Result<(), BuildError> {
+        let n = usize::try_from(len).map_err(|_| BuildError::Local(EINVAL))?;
+        self.own
+            .reserve(n, GFP_KERNEL)
+            .map_err(|e| BuildError::Local(e.into()))?;
+        self.parts
+            .reserve(1, GFP_KERNEL)
+            .map_err(|e| BuildError::Local(e.into()))?;
+        let _bh = BhOff::new();
+        let access = access_bits(Access::RemoteRead);
+        let _guard =
+            InUse::take(mr, source.stag, source.pd, access, to, len).map_err(BuildError::Source)?;
+        let mut done = 0u64;
+        while done < len {
+            let seg = mr.resolve(to + done).ok_or(BuildError::Local(EFAULT))?;
+            let piece = seg.prefix(len - done);
+            // Within the room made above: no allocation.
+            self.push_copy(&piece, crc.as_deref_mut())
+                .map_err(BuildError::Local)?;
+            done += piece.len();
+        }
+        Ok(())
     }
 }
 
@@ -225,70 +276,123 @@ impl TxFpdu {
 /// buffer, which costs less than gathering a few octets from registered memory.
 const COPY_MAX: usize = 64;
 
+/// Where a payload comes from when the peer chose it: a Read Response's Data Source,
+/// read under a guard taken per FPDU after checking the STag again (the module
+/// documentation).
+#[derive(Clone, Copy)]
+pub(super) struct Source {
+    /// The Data Source STag of the Read Request.
+    pub(super) stag: u32,
+    /// The protection domain of the connection's QP.
+    pub(super) pd: PdId,
+}
+
+/// Why an FPDU could not be built.
+pub(super) enum BuildError {
+    /// A local failure (`ENOMEM`, a range that does not resolve).
+    Local(Error),
+    /// The [`Source`] of the payload failed its check: invalidated, deregistered or
+    /// registered again since the Read Request was accepted.
+    Source(TaggedCheck),
+}
+
 /// Collects one FPDU as the TX builder writes it.
 pub(super) struct FpduSink<'a> {
     bufs: &'a mut FpduBufs,
     payload: &'a mut Payload,
-    err: Option<Error>,
+    source: Option<Source>,
+    err: Option<BuildError>,
 }
 
 impl<'a> FpduSink<'a> {
     /// Collects into `bufs` (empty, grown to hold `reserve` octets of its own at least) an
-    /// FPDU whose payload comes from `payload`.
+    /// FPDU whose payload comes from `payload`, checked and guarded per FPDU if the peer
+    /// chose it (`source`).
     pub(super) fn new(
         bufs: &'a mut FpduBufs,
         payload: &'a mut Payload,
         reserve: usize,
+        source: Option<Source>,
     ) -> Result<Self> {
         bufs.own.reserve(reserve, GFP_KERNEL)?;
         Ok(Self {
             bufs,
             payload,
+            source,
             err: None,
         })
     }
 
     /// The first error collecting the FPDU met, if any.
-    pub(super) fn finish(self) -> Result {
+    pub(super) fn finish(self) -> Result<(), BuildError> {
         match self.err {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
-    fn take_payload(&mut self, mut len: usize, mut crc: Option<&mut u32>) -> Result {
+    fn take_payload(
+        &mut self,
+        mut len: usize,
+        mut crc: Option<&mut u32>,
+    ) -> Result<(), BuildError> {
         match self.payload {
-            Payload::None => Err(EINVAL),
+            Payload::None => Err(BuildError::Local(EINVAL)),
             Payload::Inline {
                 buf,
                 len: total,
                 off,
             } => {
-                let end = off.checked_add(len).filter(|e| e <= total).ok_or(EINVAL)?;
-                let data = buf.get(*off..end).ok_or(EINVAL)?;
+                let end = off
+                    .checked_add(len)
+                    .filter(|e| e <= total)
+                    .ok_or(BuildError::Local(EINVAL))?;
+                let data = buf.get(*off..end).ok_or(BuildError::Local(EINVAL))?;
                 *off = end;
                 if let Some(c) = crc {
                     *c = crate::sys::crc32c(*c, data);
                 }
-                self.bufs.push_own(data)
+                self.bufs.push_own(data).map_err(BuildError::Local)
             }
             Payload::Pieces { list, idx, off } => {
                 let copy = len <= COPY_MAX;
                 while len > 0 {
-                    let p = list.get(*idx).ok_or(EINVAL)?;
-                    let seg = p.mr.resolve(p.to + u64::from(*off)).ok_or(EFAULT)?;
+                    let p = list.get(*idx).ok_or(BuildError::Local(EINVAL))?;
+                    let at = p.to + u64::from(*off);
                     let left = u64::from(p.len - *off);
+                    if let Some(src) = &self.source {
+                        // The whole range this FPDU reads from the piece, at once.
+                        let n = left.min(len as u64);
+                        self.bufs
+                            .push_guarded(src, &p.mr, at, n, crc.as_deref_mut())?;
+                        *off += n as u32;
+                        len -= n as usize;
+                        if *off == p.len {
+                            *idx += 1;
+                            *off = 0;
+                        }
+                        continue;
+                    }
+                    let seg = p.mr.resolve(at).ok_or(BuildError::Local(EFAULT))?;
                     let n = seg.len().min(left).min(len as u64);
                     let piece = seg.prefix(n);
                     if copy {
-                        self.bufs.push_copy(&piece, crc.as_deref_mut())?;
+                        self.bufs
+                            .push_copy(&piece, crc.as_deref_mut())
+                            .map_err(BuildError::Local)?;
                     } else {
                         if let Some(c) = crc.as_deref_mut() {
                             *c = crc32c_kva(*c, &piece);
                         }
-                        self.bufs.parts.push(Part::Mem(piece), GFP_KERNEL)?;
+                        self.bufs
+                            .parts
+                            .push(Part::Mem(piece), GFP_KERNEL)
+                            .map_err(|e| BuildError::Local(e.into()))?;
                         if self.bufs.hold.last().is_none_or(|h| !Arc::ptr_eq(h, &p.mr)) {
-                            self.bufs.hold.push(p.mr.clone(), GFP_KERNEL)?;
+                            self.bufs
+                                .hold
+                                .push(p.mr.clone(), GFP_KERNEL)
+                                .map_err(|e| BuildError::Local(e.into()))?;
                         }
                     }
                     *off += n as u32;
@@ -310,7 +414,7 @@ impl TxSink for FpduSink<'_> {
             *c = crate::sys::crc32c(*c, data);
         }
         if let Err(e) = self.bufs.push_own(data) {
-            self.err.get_or_insert(e);
+            self.err.get_or_insert(BuildError::Local(e));
         }
     }
 

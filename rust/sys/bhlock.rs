@@ -12,18 +12,22 @@ use core::ops::{Deref, DerefMut};
 use kernel::prelude::*;
 use kernel::sync::{SpinLock, SpinLockGuard};
 
-/// Softirqs are off on this CPU while a `BhOff` lives.
+/// Softirqs are off on this CPU while a `BhOff` lives (and so is preemption): a softirq
+/// that waits for what its holder does cannot run under it on this CPU.
 ///
 /// # Invariants
 ///
 /// Created by one `local_bh_disable()`, which its drop balances on the same CPU (the raw
 /// pointer marker keeps it from moving to another thread).
-struct BhOff(PhantomData<*mut ()>);
+pub(crate) struct BhOff(PhantomData<*mut ()>);
 
 impl BhOff {
-    fn new() -> Self {
-        // SAFETY: any context but hard interrupt context may disable softirqs; every
-        // user of the lock runs in process or softirq context (module documentation).
+    /// Disables softirqs on this CPU until the value is dropped. Process or softirq
+    /// context only (rsiw runs nothing in hard interrupt context); nothing may sleep
+    /// while it lives.
+    pub(crate) fn new() -> Self {
+        // SAFETY: any context but hard interrupt context may disable softirqs; rsiw's
+        // code runs in process or softirq context only.
         unsafe { bindings::rsiw_local_bh_disable() };
         // INVARIANT: one disable, balanced in `drop`.
         Self(PhantomData)

@@ -4,7 +4,7 @@ the other, as Responder (`listen`: accepts them on ADDR:PORT) or as Initiator (`
 connects to the hostile peer listening on ADDR:PORT), and reports, for each, what the
 peer's FPDUs did to its memory.
 
-    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread]
+    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread|takeback]
     hostile_target.py listen ADDR PORT N sqorder
 
 Per connection it registers, on the connection's PD, one region of three pages filled
@@ -20,7 +20,11 @@ FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer tha
 not read) and does not wait for them. With `bigread` it also registers BIG_LEN octets
 holding BIG_PATTERN repeated, with remote read access (`baddr`, `bkey` in the first
 line), for the peer to read, and deregisters it before the connection's QP is
-destroyed. With `norecv` it posts no receive and, instead of a
+destroyed. `takeback` is `bigread` over memory of its own (an anonymous mapping): once
+the receive completed it deregisters the MR, overwrites the memory with TAKEN_BACK (the
+process's to reuse now) and then reports; it posts a second receive and, after the
+report, waits for that to complete (the peer's second Send, or a flush once the
+connection ended) before it disconnects. With `norecv` it posts no receive and, instead of a
 receive's completion, waits up to 60 s for the first asynchronous event. Otherwise it then
 waits for the receive
 to complete (a Send from the peer, or a flush once the connection ended) and prints one
@@ -42,6 +46,7 @@ Runs as a separate process (never in the pytest process: librdmacm keeps every d
 verbs context open for the life of a process, which would pin the module).
 """
 
+import ctypes
 import errno
 import json
 import mmap
@@ -67,6 +72,8 @@ FLOOD_SENDS = 4
 FLOOD_LEN = 1 << 20
 BIG_LEN = 8 << 20
 BIG_PATTERN = bytes(range(251))
+# What `takeback` writes into its memory after deregistering the MR over it.
+TAKEN_BACK = 0xEE
 SQ_DEPTH = 8
 
 
@@ -109,11 +116,21 @@ def serve_one(cid, ctx, mode, go):
         cid.post_recv(rcv)
     keys = {"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey, "lkey": region.lkey,
             "faddr": foreign.buf, "fkey": foreign.rkey}
-    big = None
+    big = mem = rcv2 = None
+    pattern = (BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:BIG_LEN]
     if mode == "bigread":
         big = MR(cid.pd, BIG_LEN, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
-        big.write((BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:BIG_LEN], BIG_LEN)
+        big.write(pattern, BIG_LEN)
         keys.update(baddr=big.buf, bkey=big.rkey)
+    if mode == "takeback":
+        mem = mmap.mmap(-1, BIG_LEN)
+        mem[:] = pattern
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+        big = MR(cid.pd, BIG_LEN, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ,
+                 address=addr)
+        keys.update(baddr=addr, bkey=big.rkey)
+        rcv2 = cid.reg_msgs(64)
+        cid.post_recv(rcv2)
     print(json.dumps(keys), flush=True)
     go(ConnParam(resources=1, depth=1))
     read_wc = None
@@ -130,6 +147,10 @@ def serve_one(cid, ctx, mode, go):
         wc, events = None, async_events(ctx, 60)
     else:
         wc = cid.get_recv_comp()
+        if mode == "takeback":
+            big.close()
+            big = None
+            mem[:] = bytes([TAKEN_BACK]) * BIG_LEN
         events = async_events(ctx, 10 if wc.status != 0 else 0)
     report = {
         "read_status": read_wc.status if read_wc else None,
@@ -142,11 +163,13 @@ def serve_one(cid, ctx, mode, go):
         "events": events,
     }
     print(json.dumps(report), flush=True)
+    if rcv2 is not None:
+        cid.get_recv_comp()
     try:
         cid.disconnect()
     except PyverbsError:
         pass  # the connection may have ended already
-    for obj in (ro, wr, region, rcv, flood, big, foreign, other_pd, cid):
+    for obj in (ro, wr, region, rcv, rcv2, flood, big, foreign, other_pd, cid):
         if obj is not None:
             obj.close()
 

@@ -20,7 +20,8 @@ local write (as a kernel consumer's DMA MR does for all of kernel memory), with 
 L=1, they are unexpected (RDMAP 0/2/0x06). With the target's RDMA Read outstanding, a
 Response with another STag, another TO, more or fewer octets than the Read is refused
 before an octet is placed (DDP 1/1/0x00 or 0x01), and the Read is flushed; the exact
-Response completes it.
+Response completes it. A Read Response rsiw sends stops where the target deregistered
+its Data Source (TERMINATE 0/1/0x00): nothing the memory held after that reaches the peer.
 
 The classes each get one connection per case: Writes and Read Requests outside an MR,
 without its right, with a TO that wraps, an unknown STag or another PD's STag (the target
@@ -188,7 +189,7 @@ def recv_exact(s, n):
 def recv_all(s):
     """Everything until the peer closes (FIN or reset); fails if it has not closed within
     T_IO seconds."""
-    data = b""
+    data = bytearray()
     while True:
         try:
             chunk = s.recv(65536)
@@ -199,7 +200,7 @@ def recv_all(s):
         if not chunk:
             break
         data += chunk
-    return data
+    return bytes(data)
 
 
 def connect(target, crc=False):
@@ -1076,22 +1077,55 @@ BIG_PATTERN = bytes(range(251))
 
 def read_responses(data):
     """The payload of the complete Read Response FPDUs that start `data`, checked to be
-    Read Responses to a Read of sink STag 0x1234 at TO 0 (read_request()), in order;
-    an incomplete last FPDU (the stream was cut) is left out."""
-    payload, to = b"", 0
-    while len(data) >= 2:
-        ulen = int.from_bytes(data[:2], "big")
+    Read Responses to a Read of sink STag 0x1234 at TO 0 (read_request()), in order, and
+    the complete FPDUs after the first that is not one; an incomplete last FPDU (the
+    stream was cut) is left out."""
+    payload, to, after, pos = [], 0, [], 0
+    view = memoryview(data)
+    while len(data) - pos >= 2:
+        ulen = int.from_bytes(view[pos:pos + 2], "big")
         total = 2 + ulen + (-(2 + ulen)) % 4 + 4
-        if len(data) < total:
+        if len(data) - pos < total:
             break
-        f, data = data[:total], data[total:]
-        assert f[3] & 0x0F == 2, f"not a Read Response: {f[:32].hex()}"
+        f, pos = view[pos:pos + total], pos + total
+        if after or f[3] & 0x0F != 2:
+            after.append(bytes(f))
+            continue
         stag, fto = struct.unpack(">IQ", f[4:16])
         assert (stag, fto) == (0x1234, to), f"Read Response at STag {stag:#x} TO {fto}, " \
             f"want TO {to}"
-        payload += f[16:2 + ulen]
+        payload.append(f[16:2 + ulen])
         to += ulen - 14
-    return payload
+    return b"".join(payload), after
+
+
+def first_difference(a, b):
+    """The first offset at which the octet strings `a` and `b` (of one length) differ, or
+    None. (A failed `assert a == b` on megabytes has pytest diff them for minutes.)"""
+    if a == b:
+        return None
+    step = 4096
+    i = next(i for i in range(0, len(a), step) if a[i:i + step] != b[i:i + step])
+    return next((j for j in range(i, min(i + step, len(a))) if a[j] != b[j]), i)
+
+
+def stall_a_big_read(target, peer, role, mode):
+    """A connection to the target in `mode` (bigread or takeback) and `role`, whose peer
+    asks for an RDMA Read of the whole big region through a receive buffer of 4096
+    octets, fixed, and reads nothing until the Read Response stands in it (the window is
+    then closed); then the peer's Send completes the target's receive, and the target
+    reports. Returns the socket, its receive buffer made large again (the rest comes at
+    once), and the report."""
+    report = target(1, mode, role=role)
+    s, keys = open_conn(role, report, peer)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(read_request(keys["bkey"], keys["baddr"], BIG_LEN))
+    wait_queued(s, "the Read Response")
+    s.sendall(send(b"done"))
+    r = report(timeout=T_IO)
+    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    return s, r
 
 
 @pytest.mark.parametrize("role", ROLES if SOAK else ROLES[:1])
@@ -1105,21 +1139,77 @@ def test_zero_window_during_a_read_response(target, peer, role):
     in order, up to the close: a stalled stream is cut, never corrupted, and KASAN sees
     no access to the unpinned pages. `make check` runs rsiw as Responder, `make soak`
     both roles."""
-    report = target(1, "bigread", role=role)
-    s, keys = open_conn(role, report, peer)
-    # A small, fixed receive buffer: the window closes after a few pages.
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.sendall(read_request(keys["bkey"], keys["baddr"], BIG_LEN))
-    wait_queued(s, "the Read Response")
-    s.sendall(send(b"done"))
-    r = report(timeout=T_IO)
-    assert (r["status"], r["recv"]) == (IBV_WC_SUCCESS, b"done".hex()), r
+    s, r = stall_a_big_read(target, peer, role, "bigread")
     assert r["changes"] == [] and r["foreign"] == [], r
-    # Read what the stream holds, with a window that lets it come at once.
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     data = recv_all(s)
     s.close()
-    got = read_responses(data)
+    got, after = read_responses(data)
     want = (BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:len(got)]
     print(f"the peer read {len(data)} octets, {len(got)} of them Response payload")
-    assert got == want, "the Read Response's payload is not the region's octets in order"
+    at = first_difference(got, want)
+    assert at is None, f"the Read Response's payload is not the region's octets in order " \
+        f"(from offset {at})"
+    # The region may be gone before the close: then a TERMINATE (RDMAP remote
+    # protection, invalid STag) ends the Response (test_read_response_stops_...).
+    for f in after:
+        assert terminate_of(f)[:3] == (0, 1, 0x00), f"after the Read Response: {f[:32].hex()}"
+
+
+@pytest.mark.parametrize("role", ROLES if SOAK else ROLES[:1])
+def test_read_response_stops_where_its_source_is_taken_back(target, peer, role):
+    """The peer asks for an 8 MiB RDMA Read of the target's memory and stalls the Read
+    Response with a closed window, as above; the target then deregisters the MR, writes
+    TAKEN_BACK over the memory (it is the process's again) and keeps the connection. When
+    the peer reads again, the Response stops where rsiw had copied it before the
+    deregistration returned: no octet read from the memory after that reaches the peer
+    (with TCP taking the Response's pages by reference, or the region read after one
+    lookup, the rest of the 8 MiB came, TAKEN_BACK). One TERMINATE follows, RDMAP
+    remote protection, invalid STag (RFC 5040 §7.2), and the connection closes. `make
+    check` runs rsiw as Responder, `make soak` both roles."""
+    s, _ = stall_a_big_read(target, peer, role, "takeback")
+    # Read until the Response is whole, something else follows it, its payload stops
+    # being the MR's, or rsiw closes; FPDUs are counted as they come (8 MiB of them).
+    data, pos, payload, after, closed = bytearray(), 0, 0, 0, False
+    want = (BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:BIG_LEN]
+    intact = True
+    while not closed and not after and payload < BIG_LEN and intact:
+        try:
+            chunk = s.recv(1 << 20)
+        except ConnectionResetError:
+            chunk = b""
+        except TimeoutError:
+            raise AssertionError(f"nothing from rsiw for {T_IO} s after {len(data)} octets")
+        closed = not chunk
+        data += chunk
+        while len(data) - pos >= 2:
+            ulen = int.from_bytes(data[pos:pos + 2], "big")
+            total = 2 + ulen + (-(2 + ulen)) % 4 + 4
+            if len(data) - pos < total:
+                break
+            if data[pos + 3] & 0x0F != 2:
+                after += 1
+                break
+            n = ulen - 14
+            intact = intact and data[pos + 16:pos + 16 + n] == want[payload:payload + n]
+            payload, pos = payload + n, pos + total
+    if not closed:
+        # The target's second receive: it disconnects once that completed.
+        try:
+            s.sendall(send(b"end", msn=2))
+            s.settimeout(T_IO)
+            data += recv_all(s)
+        except OSError:
+            pass  # rsiw closed (or reset) meanwhile
+    s.close()
+    got, after = read_responses(bytes(data))
+    want = want[:len(got)]
+    print(f"the peer read {len(data)} octets, {len(got)} of them Response payload")
+    taken = got.count(b"\xEE" * 64)
+    at = first_difference(got, want)
+    assert at is None, f"the Read Response's payload is not the MR's octets in order " \
+        f"({len(got)} octets, from offset {at}; {taken} runs of 64 TAKEN_BACK octets)"
+    assert len(got) < BIG_LEN, "the whole Response came from the deregistered memory"
+    assert len(after) == 1, f"{len(after)} FPDUs after the Read Response: " \
+        f"{[f[:24].hex() for f in after]}"
+    # Found at the Responder's side, after the Request: no header to echo.
+    assert terminate_of(after[0]) == (0, 1, 0x00, 0), after[0][:32].hex()

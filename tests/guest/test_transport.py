@@ -7,7 +7,7 @@ What runs:
     (default parameters and `mpa_crc=1`), perftest ib_{send,write,read}_{bw,lat} through
     rdma_cm (-R). Connecting a device to its own address is loopback through the kernel
     TCP stack (the traffic goes over `lo`), which is what C siw users do too. Zero-copy
-    transmit (`zcopy_tx`): rping -S 65000 (Read Responses of 16 pages) and
+    transmit (`zcopy_tx`): rping -S 65000 (Read Responses of 16 pages, always copied) and
     unsignalled_peer.py (unsignalled 64 KiB Writes and Sends), data checked end to end.
   * rsiw <-> siw: rping and ib_{send,write,read}_bw with rsiw as client and as server, for
     MPA revision 1 and 2 (`mpa_rev=`) and CRC off and on (`mpa_crc=`). Every rping of these
@@ -739,7 +739,7 @@ def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
     """Payload handed to TCP by page reference (zcopy_tx, Documentation/rsiw.rst), data
     verified end to end, with and without CRC, and the copy path for comparison:
     rping -S 65000 (the server's RDMA Read of the client's 65000-octet buffer comes back as
-    Read Responses of 16 pages), and unsignalled_peer.py (16 unsignalled RDMA Writes and
+    Read Responses of 16 pages, copied under zcopy_tx too), and unsignalled_peer.py (16 unsignalled RDMA Writes and
     16 unsignalled Sends of 64 KiB, each from its own MR, checked octet by octet)."""
     if STANDIN and params:
         pytest.skip("siw stand-in has no module parameters: this run would repeat 'zcopy'")
