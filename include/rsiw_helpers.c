@@ -268,6 +268,20 @@ int rsiw_live_wait(unsigned int timeout_ms)
 	return atomic_read(&rsiw_live);
 }
 
+void rsiw_refcount_put(refcount_t *r)
+{
+	if (refcount_dec_and_test(r)) {
+		/* The zero is visible before wake_up_var() looks for a waiter. */
+		smp_mb();
+		wake_up_var(r);
+	}
+}
+
+void rsiw_refcount_wait_zero(refcount_t *r)
+{
+	wait_var_event(r, refcount_read(r) == 0);
+}
+
 int rsiw_wq_init(void)
 {
 	rsiw_wq = alloc_workqueue("rsiw", WQ_HIGHPRI | WQ_PERCPU | WQ_MEM_RECLAIM, 0);

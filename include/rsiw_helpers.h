@@ -7,6 +7,7 @@
 #define RSIW_HELPERS_H
 
 #include <linux/device.h>
+#include <linux/refcount_types.h>
 #include <linux/sysfs.h>
 #include <linux/types.h>
 
@@ -100,6 +101,15 @@ void rsiw_wq_exit(void);
 void rsiw_live_get(void);
 void rsiw_live_put(void);
 int rsiw_live_wait(unsigned int timeout_ms);
+
+/*
+ * A reference count whose holders' last put wakes one waiter (the object's destroy):
+ * rsiw_refcount_put() drops a reference and, at zero, wakes rsiw_refcount_wait_zero(),
+ * which sleeps (wait_var_event) until @r is zero.  The wake only hashes @r's address, so
+ * the waiter may free the object as soon as it sees zero.
+ */
+void rsiw_refcount_put(refcount_t *r);
+void rsiw_refcount_wait_zero(refcount_t *r);
 
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);

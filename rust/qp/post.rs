@@ -52,10 +52,10 @@ impl Qp {
     fn build_sqe(&self, who: Who<'_>, wr: &SendWr) -> Result<Sqe> {
         let n = u32::try_from(wr.num_sge())
             .map_err(|_| invalid(who, format_args!("negative num_sge")))?;
-        if n > self.caps.send_sge {
+        if n > self.caps.send_sge() {
             return Err(invalid(
                 who,
-                format_args!("{n} SGEs, at most {}", self.caps.send_sge),
+                format_args!("{n} SGEs, at most {}", self.caps.send_sge()),
             ));
         }
         let mut sqe = Sqe::zeroed();
@@ -154,7 +154,7 @@ impl Qp {
                     // The SQ is empty in ERROR (entering it flushed), so this keeps order.
                     Ok(sqe) if state == State::Error => {
                         let opcode = crate::wqe::flush_opcode(sqe.opcode);
-                        complete_flushed(&qp.scq, &Self::flush_cqe(qp, sqe.id, opcode))
+                        complete_flushed(qp.scq(), &Self::flush_cqe(qp, sqe.id, opcode))
                     }
                     Ok(sqe) => {
                         let slot = Sqe { flags: 0, ..sqe };
@@ -164,7 +164,7 @@ impl Qp {
                 }
             })
         };
-        notify.deliver(&qp.scq);
+        notify.deliver(qp.scq());
         if let Some(c) = Self::conn(qp) {
             c.kick();
         }
@@ -192,7 +192,7 @@ impl Qp {
             )),
             State::Error => {
                 let n = Self::flush_sq_locked(qp, &mut qp.sq_pos.lock());
-                n.deliver(&qp.scq);
+                n.deliver(qp.scq());
                 Ok(())
             }
             _ => {
@@ -239,20 +239,20 @@ impl Qp {
             post_each(wrs, |wr| {
                 let rqe = match state {
                     State::Reset => Err(invalid(who, format_args!("post_recv in RESET"))),
-                    _ => build_rqe(wr, qp.caps.recv_sge).map_err(|e| {
+                    _ => build_rqe(wr, qp.caps.recv_sge()).map_err(|e| {
                         invalid(who, format_args!("bad receive WR ({})", e.to_errno()))
                     }),
                 };
                 match rqe {
                     Err(e) => (Notify::NONE, Err(e)),
                     Ok(rqe) if state == State::Error => {
-                        complete_flushed(&qp.rcq, &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive))
+                        complete_flushed(qp.rcq(), &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive))
                     }
                     Ok(rqe) => (Notify::NONE, publish(ring, &mut pos, &rqe, VALID)),
                 }
             })
         };
-        notify.deliver(&qp.rcq);
+        notify.deliver(qp.rcq());
         res
     }
 }

@@ -167,14 +167,14 @@ impl Qp {
     /// ring: a user writing new SQEs meanwhile cannot keep us here). Stops early if the
     /// send CQ overflows (a later flush continues).
     pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> Notify {
-        Self::flush_ring(qp, &qp.sq, &qp.scq, pos, |sqe: &Sqe| {
+        Self::flush_ring(qp, &qp.sq, qp.scq(), pos, |sqe: &Sqe| {
             (sqe.id, crate::wqe::flush_opcode(sqe.opcode))
         })
     }
 
     /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
     fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> Notify {
-        Self::flush_ring(qp, ring, &qp.rcq, pos, |rqe: &Rqe| {
+        Self::flush_ring(qp, ring, qp.rcq(), pos, |rqe: &Rqe| {
             (rqe.id, WrOpcode::Receive)
         })
     }
@@ -260,8 +260,8 @@ impl Qp {
             };
             (prev, ns, nr, sq_flushed)
         };
-        ns.deliver(&qp.scq);
-        nr.deliver(&qp.rcq);
+        ns.deliver(qp.scq());
+        nr.deliver(qp.rcq());
         Ok((prev, sq_flushed))
     }
 
@@ -281,7 +281,7 @@ impl Qp {
         if sq_flushed {
             qp.dispatch_event(QpEvent::SqDrained);
         }
-        if qp.srq.is_some() {
+        if qp.shared_rq().is_some() {
             qp.dispatch_event(QpEvent::LastWqeReached);
         }
     }

@@ -88,9 +88,9 @@ impl Qp {
             solicited: !ok,
             inval_stag: 0,
         };
-        match Cq::push(&qp.scq, &c) {
-            Ok(n) => n.deliver(&qp.scq),
-            Err(o) => crate::cq::Notify::from(o).deliver(&qp.scq),
+        match Cq::push(qp.scq(), &c) {
+            Ok(n) => n.deliver(qp.scq()),
+            Err(o) => crate::cq::Notify::from(o).deliver(qp.scq()),
         }
     }
 
@@ -132,7 +132,7 @@ impl Qp {
     /// SRQ, of the SRQ (which may report `IB_EVENT_SRQ_LIMIT_REACHED`); `None` if there is
     /// none or the QP is not in RTS. The RX path owns the WQE from here on.
     pub(crate) fn take_rqe(qp: &IbQp<Qp>) -> Option<Result<RecvWqe, BadRqe>> {
-        if let Some(srq) = &qp.srq {
+        if let Some(srq) = qp.shared_rq() {
             if qp.state() != State::Rts {
                 return None;
             }
@@ -174,9 +174,9 @@ impl Qp {
             solicited: solicited || !ok,
             inval_stag: inval_stag.unwrap_or(0),
         };
-        match Cq::push(&qp.rcq, &c) {
-            Ok(n) => n.deliver(&qp.rcq),
-            Err(o) => crate::cq::Notify::from(o).deliver(&qp.rcq),
+        match Cq::push(qp.rcq(), &c) {
+            Ok(n) => n.deliver(qp.rcq()),
+            Err(o) => crate::cq::Notify::from(o).deliver(qp.rcq()),
         }
     }
 }

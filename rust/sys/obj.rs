@@ -9,11 +9,11 @@
 //! allocated by rsiw itself (see `ibdev/mr.rs`) because the core's MR verbs return the object.
 
 use super::bindings;
+use super::ibdev::Objects;
 use core::mem::MaybeUninit;
-use core::ptr::NonNull;
 use core::ptr::{addr_of, addr_of_mut};
 use kernel::prelude::*;
-use kernel::sync::{Completion, Refcount};
+use kernel::sync::Refcount;
 use kernel::types::Opaque;
 
 /// A core object `C` followed by driver data `T`.
@@ -359,15 +359,15 @@ impl<T> IbSrq<T> {
 /// # Invariants
 ///
 /// As for [`Obj`]; in addition `refs` counts one reference for the QP's existence (dropped
-/// by destroy) plus one per `iw_add_ref` not yet balanced, and `released` is
-/// completed when it reaches zero. The memory is not freed before that.
+/// by destroy) plus one per `iw_add_ref` not yet balanced, and the memory is not freed
+/// before it reached zero ([`IbQp::wait_released`]). The QP's device is an `IbDevice<D>`
+/// whose `D::Qp` is `T` (rsiw has one device type), so its CQs and SRQ are `IbCq<D::Cq>`
+/// and `IbSrq<D::Srq>`.
 #[repr(C)]
 #[pin_data]
 pub(crate) struct IbQp<T> {
     base: Opaque<bindings::ib_qp>,
-    pub(super) refs: Refcount,
-    #[pin]
-    pub(super) released: Completion,
+    refs: Refcount,
     #[pin]
     data: T,
 }
@@ -407,12 +407,11 @@ impl<T> IbQp<T> {
         // SAFETY: the slots lie inside the allocation, are pinned and exclusively ours.
         unsafe {
             core::ptr::addr_of_mut!((*this).refs).write(Refcount::new(1));
-            Completion::new().__init(core::ptr::addr_of_mut!((*this).released))?;
             init.__init(core::ptr::addr_of_mut!((*this).data))
         }
     }
 
-    /// Drops the driver data and the completion in place.
+    /// Drops the driver data in place.
     ///
     /// # Safety
     ///
@@ -420,10 +419,27 @@ impl<T> IbQp<T> {
     pub(super) unsafe fn drop_rest(raw: *mut bindings::ib_qp) {
         let this = raw.cast::<Self>();
         // SAFETY: guaranteed by the caller.
-        unsafe {
-            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
-            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).released));
-        }
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
+    }
+
+    /// The CQ of the QP's send completions (`ib_qp::send_cq`). The core sets it before
+    /// `create_qp` (which refuses a null one) and holds a use count on the CQ, refusing its
+    /// destroy, until `destroy_qp` returned.
+    pub(crate) fn send_cq<D: Objects<Qp = T>>(&self) -> &IbCq<D::Cq> {
+        // SAFETY: a live CQ of the QP's device while the QP lives (see above, type invariant).
+        unsafe { &*(*self.as_raw()).send_cq.cast::<IbCq<D::Cq>>() }
+    }
+
+    /// The CQ of the QP's receive completions (`ib_qp::recv_cq`).
+    pub(crate) fn recv_cq<D: Objects<Qp = T>>(&self) -> &IbCq<D::Cq> {
+        // SAFETY: as in `send_cq`, for `recv_cq`.
+        unsafe { &*(*self.as_raw()).recv_cq.cast::<IbCq<D::Cq>>() }
+    }
+
+    /// The SRQ the QP takes its receive WQEs from (`ib_qp::srq`), if any.
+    pub(crate) fn srq<D: Objects<Qp = T>>(&self) -> Option<&IbSrq<D::Srq>> {
+        // SAFETY: as in `send_cq`, for `srq`, which may be null.
+        unsafe { (*self.as_raw()).srq.cast::<IbSrq<D::Srq>>().as_ref() }
     }
 
     /// Copies the name of the QP's device into `buf`, cut to fit; returns its length in
@@ -460,81 +476,27 @@ impl<T> IbQp<T> {
         self.refs.inc();
     }
 
-    /// Drops a reference; the last one lets a waiting destroy proceed.
+    /// The `refcount_t` that `refs` wraps.
+    fn refs_raw(&self) -> *mut bindings::refcount_t {
+        // `Refcount` is a transparent wrapper of an `Opaque<refcount_t>`.
+        core::ptr::from_ref(&self.refs)
+            .cast_mut()
+            .cast::<bindings::refcount_t>()
+    }
+
+    /// Drops a reference; the last one lets a waiting destroy proceed, which may free the
+    /// QP at once.
     pub(super) fn put_ref(&self) {
-        if self.refs.dec_and_test() {
-            // Nothing touches `self` after this call: destroy may free the QP.
-            self.released.complete_all();
-        }
+        // SAFETY: `refs` is a live `refcount_t`; the helper touches the QP no more once
+        // the count is zero (it only hashes the address to wake the destroy).
+        unsafe { bindings::rsiw_refcount_put(self.refs_raw()) };
     }
-}
 
-/// A reference to a CQ that an object (a QP) was created with.
-///
-/// # Invariants
-///
-/// `ptr` is a live `IbCq<T>`; the RDMA core holds a use count on the CQ (and refuses to
-/// destroy it) for as long as the referring object exists, and the holder of a `CqRef`
-/// drops it before its own destroy returns.
-pub(crate) struct CqRef<T> {
-    ptr: NonNull<IbCq<T>>,
-}
-
-// SAFETY: a `CqRef` is a shared reference in disguise; `IbCq<T>` is `Sync` when `T` is.
-unsafe impl<T: Sync> Send for CqRef<T> {}
-// SAFETY: as above.
-unsafe impl<T: Sync> Sync for CqRef<T> {}
-
-impl<T> CqRef<T> {
-    /// # Safety
-    ///
-    /// `raw` is a live CQ of this driver type held by the core (use count) for as long as
-    /// the returned reference exists.
-    pub(super) unsafe fn new(raw: *mut bindings::ib_cq) -> Option<Self> {
-        // INVARIANT: guaranteed by the caller.
-        NonNull::new(raw.cast::<IbCq<T>>()).map(|ptr| Self { ptr })
-    }
-}
-
-impl<T> core::ops::Deref for CqRef<T> {
-    type Target = IbCq<T>;
-
-    fn deref(&self) -> &IbCq<T> {
-        // SAFETY: live while `self` exists (type invariant).
-        unsafe { self.ptr.as_ref() }
-    }
-}
-
-/// A reference to an SRQ that a QP was created with (same rules as [`CqRef`]).
-///
-/// # Invariants
-///
-/// As for [`CqRef`], for an `IbSrq<T>`.
-pub(crate) struct SrqRef<T> {
-    ptr: NonNull<IbSrq<T>>,
-}
-
-// SAFETY: see `CqRef`.
-unsafe impl<T: Sync> Send for SrqRef<T> {}
-// SAFETY: see `CqRef`.
-unsafe impl<T: Sync> Sync for SrqRef<T> {}
-
-impl<T> SrqRef<T> {
-    /// # Safety
-    ///
-    /// As for [`CqRef::new`], for an SRQ.
-    pub(super) unsafe fn new(raw: *mut bindings::ib_srq) -> Option<Self> {
-        // INVARIANT: guaranteed by the caller.
-        NonNull::new(raw.cast::<IbSrq<T>>()).map(|ptr| Self { ptr })
-    }
-}
-
-impl<T> core::ops::Deref for SrqRef<T> {
-    type Target = IbSrq<T>;
-
-    fn deref(&self) -> &IbSrq<T> {
-        // SAFETY: live while `self` exists (type invariant).
-        unsafe { self.ptr.as_ref() }
+    /// Waits (sleeping) until every reference is dropped; process context. After it the
+    /// QP may be freed.
+    pub(super) fn wait_released(&self) {
+        // SAFETY: `refs` is a live `refcount_t`.
+        unsafe { bindings::rsiw_refcount_wait_zero(self.refs_raw()) };
     }
 }
 

@@ -16,7 +16,7 @@ use super::IbDevice;
 use crate::sys::bindings;
 use crate::sys::iwcm::{CmId, ConnParam};
 use crate::sys::mem::kmem::KernelConsumer;
-use crate::sys::obj::{CqRef, IbCq, IbMr, IbQp, IbSrq, PdId, SrqRef};
+use crate::sys::obj::{IbCq, IbMr, IbQp, IbSrq, PdId};
 use crate::sys::udata::UserResponse;
 use crate::sys::wr::{PostError, RecvWr, SendWr, WrList};
 use kernel::error::VTABLE_DEFAULT_ERROR;
@@ -210,7 +210,7 @@ pub(crate) enum CqNotify {
 
 /// What `create_qp` of an RC QP gets besides the user data (the trampoline refuses other
 /// QP types and create flags).
-pub(crate) struct QpInit<D: Objects> {
+pub(crate) struct QpInit {
     /// The queue sizes the consumer asks for.
     pub(crate) cap: QpCap,
     /// Whether every send WR completes signalled (`IB_SIGNAL_ALL_WR`).
@@ -219,12 +219,9 @@ pub(crate) struct QpInit<D: Objects> {
     pub(crate) qpn: u32,
     /// The QP's protection domain.
     pub(crate) pd: PdId,
-    /// The send CQ.
-    pub(crate) send_cq: CqRef<D::Cq>,
-    /// The receive CQ.
-    pub(crate) recv_cq: CqRef<D::Cq>,
-    /// The SRQ, if the QP takes its receive WQEs from one.
-    pub(crate) srq: Option<SrqRef<D::Srq>>,
+    /// Whether the QP takes its receive WQEs from an SRQ. The CQs and the SRQ are the QP's
+    /// ([`IbQp::send_cq`], [`IbQp::recv_cq`], [`IbQp::srq`]).
+    pub(crate) srq: bool,
 }
 
 /// A verbs QP state (`enum ib_qp_state`).
@@ -324,7 +321,7 @@ pub(crate) trait QpOps<D: Objects>: Sized + Send + Sync {
     /// QP becomes visible to `iw_get_qp` after the data is initialised.
     fn create(
         dev: &IbDevice<D>,
-        init: QpInit<D>,
+        init: QpInit,
         udata: Option<&mut UserResponse<'_>>,
     ) -> Result<(QpCap, impl PinInit<Self, Error>)>;
     /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy

@@ -8,7 +8,7 @@
 use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState, ResAttrs};
 use crate::logtag::Tag;
 use crate::sys::bindings;
-use crate::sys::obj::{CqRef, IbQp, PdId, SrqRef};
+use crate::sys::obj::{IbQp, PdId};
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::user;
 use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};
@@ -93,30 +93,25 @@ impl<T: DeviceOps> IbDevice<T> {
         udata: *mut bindings::ib_udata,
     ) -> c_int {
         let (dev, attr, mut udata) =
-            // SAFETY: the core passes a zeroed QP (`device`, `pd` set) of a live rsiw
-            // device, valid attributes and null or valid user data.
+            // SAFETY: the core passes a zeroed QP (`device`, `pd`, the CQs and SRQ set) of a
+            // live rsiw device, valid attributes and null or valid user data.
             unsafe { (Self::from_raw((*qp).device), &mut *attr, user(udata)) };
         let tag = || Tag::with_name(|b| dev.name_into(b), None);
         let sig_all = match check_rc(tag, attr) {
             Ok(s) => s,
             Err(e) => return e.to_errno(),
         };
-        // SAFETY: the core holds use counts on the CQs and the SRQ of a QP until the QP is
-        // destroyed; they belong to the same device, so they are `IbCq<T::Cq>`/`IbSrq`.
-        let (send_cq, recv_cq, srq) = unsafe {
-            (
-                CqRef::new(attr.send_cq),
-                CqRef::new(attr.recv_cq),
-                SrqRef::new(attr.srq),
-            )
-        };
-        let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
+        // The QP's CQs and SRQ are where `IbQp::send_cq` and its siblings read them: the
+        // core set them from `attr` before this call and keeps them until destroy.
+        // SAFETY: the QP is the core's zeroed allocation with those fields set.
+        let (send_cq, recv_cq, srq) = unsafe { ((*qp).send_cq, (*qp).recv_cq, (*qp).srq) };
+        if send_cq.is_null() || recv_cq.is_null() {
             pr_err_ratelimited!(
                 "{}: create_qp: a QP needs a send CQ and a receive CQ\n",
                 tag()
             );
             return EINVAL.to_errno();
-        };
+        }
         let qpn = match dev.qps.reserve(QPN_MIN, QPN_MAX) {
             Ok(n) => n,
             Err(e) => return e.to_errno(),
@@ -131,9 +126,7 @@ impl<T: DeviceOps> IbDevice<T> {
             sig_all,
             qpn,
             pd,
-            send_cq,
-            recv_cq,
-            srq,
+            srq: !srq.is_null(),
         };
         let data = match T::Qp::create(dev, init, udata.as_mut()) {
             Ok((cap, d)) => {
@@ -174,7 +167,7 @@ impl<T: DeviceOps> IbDevice<T> {
         // No new references after this: lookups take theirs under the table lock.
         dev.qps.remove(obj.qpn());
         obj.put_ref();
-        obj.released.wait_for_completion();
+        obj.wait_released();
         // SAFETY: no reference is left and the core calls no further verb on the QP.
         unsafe { IbQp::<T::Qp>::drop_rest(qp) };
         0
