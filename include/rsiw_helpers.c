@@ -5,6 +5,7 @@
  */
 #include <linux/bottom_half.h>
 #include <linux/cpumask.h>
+#include <linux/dynamic_debug.h>
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -35,10 +36,32 @@ struct module *rsiw_this_module(void)
 	return THIS_MODULE;
 }
 
-void rsiw_pr_debug(const char *msg)
+#if defined(CONFIG_DYNAMIC_DEBUG) || \
+	(defined(CONFIG_DYNAMIC_DEBUG_CORE) && defined(DYNAMIC_DEBUG_MODULE))
+bool rsiw_pr_debug(const char *msg)
 {
-	pr_debug("rsiw: %s\n", msg);
+	/* One dynamic debug site: what turns it on is what prints. */
+	DEFINE_DYNAMIC_DEBUG_METADATA(desc, "rsiw: %s\n");
+
+	if (!DYNAMIC_DEBUG_BRANCH(desc))
+		return false;
+	if (msg)
+		__dynamic_pr_debug(&desc, "rsiw: %s\n", msg);
+	return true;
 }
+#elif defined(DEBUG)
+bool rsiw_pr_debug(const char *msg)
+{
+	if (msg)
+		pr_debug("rsiw: %s\n", msg);
+	return true;
+}
+#else
+bool rsiw_pr_debug(const char *msg)
+{
+	return false;
+}
+#endif
 
 int rsiw_ibdev_name(struct ib_device *dev, char *buf, int len)
 {

@@ -30,8 +30,9 @@ struct xarray;
 struct module *rsiw_this_module(void);
 
 /* pr_debug() of the line @msg ("rsiw: " is put in front): off unless dynamic debug turns
- * it on, e.g. echo 'module rsiw +p' > /proc/dynamic_debug/control. */
-void rsiw_pr_debug(const char *msg);
+ * it on, e.g. echo 'module rsiw +p' > /proc/dynamic_debug/control.  Returns whether it is
+ * on; a NULL @msg only asks, so that a caller formats its line only when it is printed. */
+bool rsiw_pr_debug(const char *msg);
 
 /* The device's name (dev_name()) copied into @buf of @len octets, NUL-terminated, cut to
  * fit; returns the length copied without the NUL. */

@@ -128,14 +128,22 @@ pub(crate) use pr_warn_ratelimited;
 
 /// A debug message about a connection's setup or teardown, through the C shim's
 /// `pr_debug()`: printed only when dynamic debug is on for rsiw (`echo 'module rsiw +p' >
-/// /proc/dynamic_debug/control`). The line is formatted before the shim knows, so use it
-/// where a connection changes state, not per FPDU.
+/// /proc/dynamic_debug/control`). Its arguments are evaluated and the line formatted only
+/// then (the check is a static branch in the shim).
 macro_rules! pr_dbg {
     ($($arg:tt)*) => {
-        $crate::sys::debug_line(::core::format_args!($($arg)*))
+        if $crate::sys::debug_enabled() {
+            $crate::sys::debug_line(::core::format_args!($($arg)*))
+        }
     };
 }
 pub(crate) use pr_dbg;
+
+/// Returns whether the shim's `pr_debug()` site prints (dynamic debug turned it on).
+pub(crate) fn debug_enabled() -> bool {
+    // SAFETY: a null message only asks whether the site is on; nothing is read.
+    unsafe { bindings::rsiw_pr_debug(core::ptr::null()) }
+}
 
 /// Formats `args` (cut to 255 octets) and hands the line to the shim's `pr_debug()`.
 pub(crate) fn debug_line(args: core::fmt::Arguments<'_>) {
