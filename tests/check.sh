@@ -9,8 +9,9 @@
 #      KUnit suites, fault injection, the connection manager's timers and each kind of
 #      transfer once; on Debian's stock kernel, where tests run 4-6 times faster, the rest:
 #      the other role and parameter variants, the whole revision x CRC x role matrix
-#      against siw, the netem-impaired link, NVMe-oF, NFS over RDMA and SMB Direct with
-#      fio (ksmbd and cifs built with it from the same source, tests/smbdirect.sh; the
+#      against siw, the netem-impaired link, peers killed, link flaps and netdevs or the
+#      namespace going away (`make soak` runs those on the debug kernel), NVMe-oF, NFS
+#      over RDMA and SMB Direct with fio (ksmbd and cifs built with it from the same source, tests/smbdirect.sh; the
 #      debug kernel has no nfsd), rdma-core's own pyverbs suite on rsiw and on siw, P2P
 #      RTR against siw (its lockdep reports are the C siw's), the connection-cycle load
 #      test with its slab and vmalloc figures (KASAN's quarantine blurs them)

@@ -281,9 +281,14 @@ def exclusive_netns():
     namespaces still being torn down."""
     def switch(mode):
         t0 = time.monotonic()
-        wait_for(lambda: sh(f"rdma system set netns {mode}", check=False).returncode == 0,
-                 timeout=T_CLIENT, what=f"rdma system set netns {mode} (other namespaces "
-                 "still exist?)")
+        try:
+            wait_for(lambda: sh(f"rdma system set netns {mode}", check=False).returncode == 0,
+                     timeout=T_CLIENT, what=f"rdma system set netns {mode}")
+        except AssertionError as e:
+            # A namespace without processes is held by the kernel (conftest.RUN_LAST).
+            held = sh("ip netns list; lsns -t net -o NS,NPROCS,PID,COMMAND", check=False)
+            raise AssertionError(f"{e}: other namespaces still exist; named and with "
+                                 f"processes:\n{held.stdout}") from None
         print(f"rdma system set netns {mode}: {time.monotonic() - t0:.1f}s")
     switch("exclusive")
     yield
