@@ -542,7 +542,6 @@ def hostile_listener(nvmet_over_rdma):
     FPDUs right behind the Reply or the host's Connect command, well within it. Afterwards
     no kernel PD may remain."""
     ls = socket.create_server((ADDR, PEER_PORT))
-    ls.settimeout(120)
     with open(ADMIN_TIMEOUT) as f:
         admin_timeout = f.read().strip()
     sh(f"echo 1 > {ADMIN_TIMEOUT}")
@@ -552,14 +551,36 @@ def hostile_listener(nvmet_over_rdma):
     wait_for(lambda: not kernel_dma_lkeys(), timeout=120, what="the host's PD to go")
 
 
-def take_mpa_request(ls):
-    """Accepts the host's TCP connection and reads its MPA Request; returns the socket."""
-    s, _ = ls.accept()
+def take_mpa_request(ls, host):
+    """Accepts the TCP connection of `host` (an NvmeHost) and reads its MPA Request;
+    returns (the socket, the host). A host that exits before it connected (nvme-rdma
+    gives address and route resolution 3 s each, which a loaded debug guest can miss) is
+    started again, twice at most; its output is printed."""
+    for attempt in range(3):
+        deadline = time.monotonic() + 120
+        ls.settimeout(1)
+        while True:
+            try:
+                s, _ = ls.accept()
+                break
+            except TimeoutError:
+                if host.p.poll() is not None or time.monotonic() > deadline:
+                    s = None
+                    break
+        if s is not None:
+            break
+        out = host.p.stdout.read() if host.p.poll() is not None else "(still running)"
+        print(f"nvme-rdma host attempt {attempt + 1} did not connect: {out.strip()}")
+        host.p.kill()
+        host.p.wait()
+        host = NvmeHost()
+    else:
+        raise AssertionError("the NVMe host did not connect to the peer in 3 attempts")
     s.settimeout(60)
     req = recv_exact(s, 20)
     assert req[:16] == b"MPA ID Req Frame", req.hex()
     recv_exact(s, int.from_bytes(req[18:20], "big"))
-    return s
+    return s, host
 
 
 def test_hostile_peer_against_nvme_host(hostile_listener):
@@ -572,7 +593,7 @@ def test_hostile_peer_against_nvme_host(hostile_listener):
     for name, build, want, crc in kernel_cases():
         host = NvmeHost()
         try:
-            s = take_mpa_request(hostile_listener)
+            s, host = take_mpa_request(hostile_listener, host)
             # The host made its PD before it connected.
             keys = kernel_dma_lkeys()
             assert keys, "no kernel PD on rsiw0 while the host connects"
@@ -602,7 +623,7 @@ def test_bad_mpa_replies_fail_the_nvme_host_connect(hostile_listener):
     for name, frame in BAD_REPLIES + [("silent", b"")]:
         host = NvmeHost()
         try:
-            s = take_mpa_request(hostile_listener)
+            s, host = take_mpa_request(hostile_listener, host)
             try:
                 if frame:
                     s.sendall(frame)
@@ -690,7 +711,7 @@ def test_hostile_tagged_against_nvme_host(hostile_listener):
     the RFC's layer/etype/ecode, the connection closes, the host's connect fails."""
     host = NvmeHost()
     try:
-        s = take_mpa_request(hostile_listener)
+        s, host = take_mpa_request(hostile_listener, host)
         s.sendall(mpa_frame(key=b"MPA ID Rep Frame", pd=nvme_mpa_private_data(True)))
         cid, key, addr, length = host_connect_command(s)
         assert length == 1024, length
@@ -711,7 +732,7 @@ def test_hostile_tagged_against_nvme_host(hostile_listener):
             o_stag, o_to, _ = nvmet_read_request(other, 1)
             host = NvmeHost()
             try:
-                s = take_mpa_request(hostile_listener)
+                s, host = take_mpa_request(hostile_listener, host)
                 s.sendall(mpa_frame(key=b"MPA ID Rep Frame", pd=nvme_mpa_private_data(True)))
                 cid, key, addr, length = host_connect_command(s)
                 s.sendall(build((key, addr, length, cid), (o_stag, o_to)))

@@ -1295,26 +1295,46 @@ def test_read_depth_128_two_ns(two_rsiw, procs, tmp_path):
         pytest.skip("the C siw fills no driver details")
     two_rsiw()
     srv, cli = perftest_two_ns(procs, tmp_path, "ib_read_bw",
-                               ["-s", "65536", "-o", "128", "-D", "15"])
-    seen = None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and cli.p.poll() is None and not seen:
-        a, b = res_qp_details(DUT, NS_A), res_qp_details(DUT2, NS_B)
-        src = [q for q in a.values() if q["tx_octets"] > 1 << 20]
-        ini = [q for q in b.values() if q["rx_octets"] > 1 << 20]
-        if src and ini:
-            seen = (src, ini)
-        time.sleep(1)
+                               ["-s", "65536", "-o", "128", "-D", "30"])
+    # Each end is sampled by a thread of its own until it is seen busy or the client
+    # ends: on a loaded guest one `rdma resource show` can take seconds, and the other
+    # end's turn must not wait for it. `seen` keeps each sample's (seconds since the
+    # start, {QPN: octets}) for the failure message.
+    t0 = time.monotonic()
+    busy, seen = {}, {DUT: [], DUT2: []}
+
+    def sample(dev, ns, key):
+        deadline = t0 + 180
+        while time.monotonic() < deadline and cli.p.poll() is None:
+            try:
+                qps = res_qp_details(dev, ns)
+            except (subprocess.SubprocessError, ValueError) as e:
+                qps, got = {}, repr(e)
+            else:
+                got = {n: q.get(key) for n, q in qps.items()}
+            seen[dev].append((round(time.monotonic() - t0, 1), got))
+            hot = [q for q in qps.values() if q.get(key, 0) > 1 << 20]
+            if hot:
+                busy[dev] = hot
+                return
+            time.sleep(0.5)
+    threads = [threading.Thread(target=sample, args=(DUT, NS_A, "tx_octets")),
+               threading.Thread(target=sample, args=(DUT2, NS_B, "rx_octets"))]
+    for t in threads:
+        t.start()
     rc = cli.wait(T_CLIENT)
     srv.wait(T_SERVER)
+    for t in threads:
+        t.join(T_TOOL)
     assert rc == 0, cli.output()
     rows = table_rows(cli.output())
     # perftest's duration mode (-D) prints a rate of 0.00 when the run's progress was too
     # uneven to fit a line ("Correlation coefficient r^2 ... < 0.9", seen on a loaded
     # host); the Reads that completed are its iteration count.
     assert rows and int(rows[0][1]) > 0, cli.output()
-    assert seen, f"no busy Read QPs seen: {a} {b}"
-    src, ini = seen
+    src, ini = busy.get(DUT), busy.get(DUT2)
+    assert src, f"no busy Data Source QP seen; samples (s, {{QPN: tx_octets}}): {seen[DUT]}"
+    assert ini, f"no busy Initiator QP seen; samples (s, {{QPN: rx_octets}}): {seen[DUT2]}"
     assert all(q["ird"] == 128 for q in src), src
     assert all(q["ord"] == 128 for q in ini), ini
 
