@@ -36,8 +36,8 @@ import time
 
 import pytest
 
-from conftest import (KMEMLEAK, SOAK, dmesg_mark, dmesg_since, module_loaded, port_counters,
-                      sh, wait_for)
+from conftest import (KMEMLEAK, SOAK, dmesg_lines, dmesg_mark, dmesg_since, module_loaded,
+                      port_counters, sh, wait_for)
 from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STALL_POLL, STANDIN, T_CLIENT,
                             T_SERVER, VETH_A, check_rping, pair, perftest_argvs, port, rping_argvs,
@@ -74,10 +74,35 @@ def transfer_state(dev, base, t0, seen):
             + f"; octets by second: {seen[-12:]}\nTCP sockets:\n{socks[-3000:]}")
 
 
+CONNECTION_COUNTERS = ("connect_attempts", "incoming_connections", "mpa_rejects_sent",
+                       "mpa_rejects_received", "mpa_timeouts", "terminate_sent",
+                       "terminate_received")
+"""The port counters that say how a connection's setup went."""
+
+
+def setup_state(procs_alive):
+    """Why programs that should be transferring are not: each one's exit status and the
+    end of its output, the connection counters of both devices, and the last kernel log
+    lines of rsiw and the iWARP CM. Last in a failure message, where a cut log keeps it."""
+    parts = []
+    for b in procs_alive:
+        parts.append(f"--- {' '.join(b.argv[-8:])} (exit {b.p.poll()}):\n"
+                     + b.output()[-1500:])
+    for d in (DUT, DUT2):
+        try:
+            c = port_counters(d)
+            parts.append(f"{d}: " + ", ".join(f"{k} {c.get(k)}" for k in CONNECTION_COUNTERS))
+        except OSError as e:
+            parts.append(f"{d}: no counters ({e})")
+    log = [line for line in dmesg_lines() if "rsiw" in line or "iw_cm" in line]
+    parts.append("kernel log (rsiw):\n" + "\n".join(log[-20:]))
+    return "\n".join(parts)
+
+
 def wait_moving(dev, octets, what, procs_alive=()):
     """Waits until `dev` has moved `octets` more than now; fails, saying how far the
-    transfer got (`transfer_state`), if one of `procs_alive` exits first or the client
-    deadline passes."""
+    transfer got (`transfer_state`) and how the programs' connection went
+    (`setup_state`), if one of `procs_alive` exits first or the client deadline passes."""
     base = moved(dev)
     t0 = time.monotonic()
     seen = []
@@ -89,7 +114,7 @@ def wait_moving(dev, octets, what, procs_alive=()):
             seen.append((round(t), got))
         for b in procs_alive:
             assert b.p.poll() is None, f"{what}: exited early ({b.p.returncode}), " + \
-                transfer_state(dev, base, t0, seen) + "\n" + b.output()[-3000:]
+                transfer_state(dev, base, t0, seen) + "\n" + setup_state(procs_alive)
         return got >= octets
     try:
         wait_for(going, timeout=T_CLIENT, what=f"{what}: {octets} octets moved")
@@ -264,7 +289,9 @@ def rping_ends_exit(srv, cli, when):
         rc = b.wait(T_SURVIVE)
         out = "\n".join(b.output().splitlines()[-4:])[-1500:]
         print(f"rping {name}: exited {rc}\n{out}")
-        assert rc is not None, f"rping {name} did not exit {when}:\n{out}"
+        if rc is None:
+            raise AssertionError(f"rping {name} did not exit {when}:\n{out}\n"
+                                 + stuck_state(b))
     return ends
 
 
