@@ -305,6 +305,30 @@ void rsiw_refcount_wait_zero(refcount_t *r)
 	wait_var_event(r, refcount_read(r) == 0);
 }
 
+static void rsiw_delayed_fn(struct work_struct *work)
+{
+	struct rsiw_delayed *d = container_of(to_delayed_work(work), struct rsiw_delayed, dw);
+
+	d->fn(d->arg);
+}
+
+void rsiw_delayed_init(struct rsiw_delayed *d, void (*fn)(void *arg), void *arg)
+{
+	INIT_DELAYED_WORK(&d->dw, rsiw_delayed_fn);
+	d->fn = fn;
+	d->arg = arg;
+}
+
+void rsiw_delayed_queue(struct rsiw_delayed *d, unsigned int ms)
+{
+	queue_delayed_work(rsiw_wq, &d->dw, msecs_to_jiffies(ms));
+}
+
+void rsiw_delayed_cancel_sync(struct rsiw_delayed *d)
+{
+	cancel_delayed_work_sync(&d->dw);
+}
+
 int rsiw_wq_init(void)
 {
 	rsiw_wq = alloc_workqueue("rsiw", WQ_HIGHPRI | WQ_PERCPU | WQ_MEM_RECLAIM, 0);

@@ -10,6 +10,7 @@
 #include <linux/refcount_types.h>
 #include <linux/sysfs.h>
 #include <linux/types.h>
+#include <linux/workqueue.h>
 
 struct ib_device;
 struct ib_mr;
@@ -111,6 +112,20 @@ int rsiw_live_wait(unsigned int timeout_ms);
  */
 void rsiw_refcount_put(refcount_t *r);
 void rsiw_refcount_wait_zero(refcount_t *r);
+
+/*
+ * A delayed call of @fn(@arg) on rsiw's workqueue: rsiw_delayed_queue() arms it to run in
+ * @ms milliseconds unless it is pending already; rsiw_delayed_cancel_sync() cancels it
+ * and waits for a run in progress, also one that queues itself again.
+ */
+struct rsiw_delayed {
+	struct delayed_work dw;
+	void (*fn)(void *arg);
+	void *arg;
+};
+void rsiw_delayed_init(struct rsiw_delayed *d, void (*fn)(void *arg), void *arg);
+void rsiw_delayed_queue(struct rsiw_delayed *d, unsigned int ms);
+void rsiw_delayed_cancel_sync(struct rsiw_delayed *d);
 
 /* ib_copy_from_udata(): 0 or -EFAULT. */
 int rsiw_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);

@@ -372,6 +372,10 @@ impl QpOps<Device> for Qp {
         dev.counts.give_back(Object::Qp);
     }
 
+    fn sweep_rq(qp: &IbQp<Qp>) -> bool {
+        Self::sweep_late_rqes(qp)
+    }
+
     /// `query_qp`: the state, the granted capabilities, the signalling type, the access
     /// flags, the netdev's MTU and the connection's IRD and ORD.
     fn query(dev: &IbDevice<Device>, qp: &IbQp<Qp>) -> QpAttrs {

@@ -16,6 +16,13 @@
 //! an SRQ leaves the SRQ's WQEs alone and reports `IB_EVENT_QP_LAST_WQE_REACHED`.
 //! ERROR → RESET and INIT/RTR → RESET discard what is left without completions.
 //!
+//! A user QP's RQ takes WQEs with no doorbell (the siw user ABI's `post_recv` only writes
+//! the mapped ring), so a receive posted after the flush would otherwise complete only at
+//! destroy: a consumer that posts its next receive from its completion handler (rping
+//! does) and then waits for that receive's flush would wait for good. While such a QP
+//! stays in ERROR, the device's sweep ([`Qp::sweep_late_rqes`], every 100 ms) flushes what was
+//! posted since.
+//!
 //! Every transition is checked and made with both position locks held, so the connection
 //! manager and the data paths (which do not take the `attrs` mutex) cannot interleave with
 //! `modify_qp` into a state the table does not allow.
@@ -265,6 +272,27 @@ impl Qp {
         Ok((prev, sq_flushed))
     }
 
+    /// The receive-queue sweep of a user QP that entered ERROR (module documentation):
+    /// flushes the receive WQEs posted since the last flush, in posting order, and returns
+    /// whether the QP is still one to sweep (in ERROR, not being destroyed). Process
+    /// context, no QP, SRQ or CQ lock held.
+    pub(super) fn sweep_late_rqes(qp: &IbQp<Qp>) -> bool {
+        let Some(ring) = &qp.rq else { return false };
+        if qp.destroying.load(Ordering::Acquire) {
+            return false;
+        }
+        let notify = {
+            let mut rq = qp.rq_pos.lock();
+            // The state changes with both position locks held.
+            if qp.state() != State::Error {
+                return false;
+            }
+            Self::flush_rq_locked(qp, ring, &mut rq)
+        };
+        notify.deliver(qp.rcq());
+        true
+    }
+
     /// Enters `new` unconditionally (destroy).
     pub(super) fn enter_any(qp: &IbQp<Qp>, new: State) {
         let _ = Self::enter_checked(qp, new, |_| Ok(()));
@@ -277,6 +305,10 @@ impl Qp {
     fn after_error(qp: &IbQp<Qp>, prev: State, sq_flushed: bool) {
         if prev == State::Error || qp.destroying.load(Ordering::Acquire) {
             return;
+        }
+        if qp.user && qp.rq.is_some() {
+            qp.device::<crate::device::Device>()
+                .sweep_rq_later(qp.qpn());
         }
         if sq_flushed {
             qp.dispatch_event(QpEvent::SqDrained);

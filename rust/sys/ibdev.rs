@@ -40,7 +40,7 @@ use super::obj::{IbCq, IbMr, IbQp, IbSrq};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use kernel::prelude::*;
-use kernel::sync::Arc;
+use kernel::sync::{new_spinlock_irq, Arc, SpinLockIrq};
 use kernel::types::Opaque;
 use kernel::xarray::{AllocKind, XArray};
 
@@ -61,6 +61,11 @@ pub(crate) struct IbDevice<T> {
     pub(super) cm_ids: XArray<Arc<CmIdDetails>>,
     /// The sysfs attributes of [`DeviceOps::ATTRS`] (the core's `ops.device_group`).
     attrs: Opaque<bindings::rsiw_attr_group>,
+    /// The numbers of the QPs whose receive queue the sweep looks at again
+    /// ([`IbDevice::sweep_rq_later`]).
+    sweep_qpns: SpinLockIrq<KVec<u32>>,
+    /// The sweep's delayed run, cancelled in `dealloc_driver`.
+    sweep: Opaque<bindings::rsiw_delayed>,
     data: T,
 }
 
@@ -266,24 +271,34 @@ impl<T: DeviceOps> NewDevice<T> {
         let raw = unsafe { bindings::_ib_alloc_device(size_of::<IbDevice<T>>(), ndev.net()) };
         let raw = NonNull::new(raw).ok_or(ENOMEM)?;
         let this = raw.cast::<IbDevice<T>>();
-        // SAFETY: `qps` and `cm_ids` lie inside the allocation, aligned and pinned; their
-        // initialisers are infallible.
+        // SAFETY: `qps`, `cm_ids`, `sweep_qpns` and `sweep` lie inside the allocation,
+        // aligned and pinned; their initialisers are infallible. The sweep's argument is the
+        // device, which `dealloc_driver` cancels it before freeing.
         unsafe {
             let qps = core::ptr::addr_of_mut!((*this.as_ptr()).qps);
             let Ok(()) = RawIdTable::new(1).__init(qps);
             let cm_ids = core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids);
             let Ok(()) = XArray::new(AllocKind::Alloc).__init(cm_ids);
+            let qpns = core::ptr::addr_of_mut!((*this.as_ptr()).sweep_qpns);
+            let Ok(()) = new_spinlock_irq!(KVec::new(), "rsiw_rq_sweep").__init(qpns);
+            bindings::rsiw_delayed_init(
+                Opaque::cast_into(core::ptr::addr_of!((*this.as_ptr()).sweep)),
+                Some(IbDevice::<T>::sweep_c),
+                this.as_ptr().cast(),
+            );
         }
         // SAFETY: `data` lies inside the allocation, is properly aligned and pinned (the
         // device never moves); on error `init` leaves it uninitialised.
         let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
         // SAFETY: see above.
         if let Err(e) = unsafe { init.__init(slot) } {
-            // SAFETY: `qps` and `cm_ids` are initialised and unused; no ops are installed,
-            // so no `dealloc_driver` runs on uninit data.
+            // SAFETY: `qps`, `cm_ids` and `sweep_qpns` are initialised and unused (the sweep
+            // was never queued); no ops are installed, so no `dealloc_driver` runs on uninit
+            // data.
             unsafe {
                 core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).qps));
                 core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids));
+                core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).sweep_qpns));
                 bindings::ib_dealloc_device(raw.as_ptr());
             }
             return Err(Error::from(e));
@@ -442,7 +457,54 @@ pub(crate) fn with_device_of<T: DeviceOps>(ndev: &NetDev, f: impl FnOnce(&IbDevi
     true
 }
 
+/// Milliseconds between two runs of the receive-queue sweep.
+const SWEEP_MS: u32 = 100;
+
 impl<T: Objects> IbDevice<T> {
+    /// Has [`QpOps::sweep_rq`] look at QP `qpn` every `SWEEP_MS` milliseconds (100) until
+    /// it answers `false` or the QP is gone. For user QPs in ERROR: the siw user ABI has
+    /// no receive doorbell, so a receive WQE a consumer posts after the flush is seen only
+    /// by looking. Any context; without memory (GFP_ATOMIC) the QP is not looked at.
+    pub(crate) fn sweep_rq_later(&self, qpn: u32) {
+        {
+            let mut qpns = self.sweep_qpns.lock();
+            if !qpns.contains(&qpn) && qpns.push(qpn, GFP_ATOMIC).is_err() {
+                return;
+            }
+        }
+        // SAFETY: `sweep` was initialised with this device, which outlives it.
+        unsafe { bindings::rsiw_delayed_queue(self.sweep.get(), SWEEP_MS) };
+    }
+
+    /// The sweep's run (process context, rsiw's workqueue): each listed QP that still
+    /// exists gets [`QpOps::sweep_rq`]; those it keeps stay listed, and the sweep runs
+    /// again while any is.
+    ///
+    /// # Safety
+    ///
+    /// `arg` is a live `IbDevice<T>` (it cancels the sweep before it is freed).
+    unsafe extern "C" fn sweep_c(arg: *mut kernel::ffi::c_void) {
+        // SAFETY: guaranteed by the caller.
+        let dev = unsafe { &*arg.cast::<Self>() };
+        let mut qpns = core::mem::take(&mut *dev.sweep_qpns.lock());
+        qpns.retain(|qpn| dev.qp_ref(*qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp())));
+        let again = {
+            let mut listed = dev.sweep_qpns.lock();
+            // QPs listed while this ran come after the ones kept.
+            for qpn in core::mem::take(&mut *listed).into_iter() {
+                if !qpns.contains(&qpn) && qpns.push(qpn, GFP_ATOMIC).is_err() {
+                    break;
+                }
+            }
+            *listed = qpns;
+            !listed.is_empty()
+        };
+        if again {
+            // SAFETY: as in `sweep_rq_later`.
+            unsafe { bindings::rsiw_delayed_queue(dev.sweep.get(), SWEEP_MS) };
+        }
+    }
+
     /// A counted reference to QP `qpn` of this device (for the transport of a connection),
     /// or `None` if no such QP exists. The QP's destroy waits until it is dropped.
     pub(crate) fn qp_ref(&self, qpn: u32) -> Option<QpRef<T>> {

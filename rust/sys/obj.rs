@@ -430,6 +430,13 @@ impl<T> IbQp<T> {
         unsafe { &*(*self.as_raw()).send_cq.cast::<IbCq<D::Cq>>() }
     }
 
+    /// The QP's device (`ib_qp::device`), which outlives the QP.
+    pub(crate) fn device<D: Objects<Qp = T>>(&self) -> &super::ibdev::IbDevice<D> {
+        // SAFETY: the core sets `device` to the live rsiw device the QP was created on
+        // (type invariant: its `D::Qp` is `T`).
+        unsafe { super::ibdev::IbDevice::from_raw((*self.as_raw()).device) }
+    }
+
     /// The CQ of the QP's receive completions (`ib_qp::recv_cq`).
     pub(crate) fn recv_cq<D: Objects<Qp = T>>(&self) -> &IbCq<D::Cq> {
         // SAFETY: as in `send_cq`, for `recv_cq`.

@@ -119,7 +119,7 @@ DEBUG_LEG = re.compile("|".join([
     r"^test_transport\.py::test_large_fpdus_two_ns\[large\]",
     # User rings and objects of the verbs: flushes, overflow, destroy with work posted.
     r"^test_verbs\.py::test_(objects_create_destroy|more_than_144_rings|rq_flush|sq_flush"
-    r"|cq_overflow|destroy_with_outstanding)",
+    r"|receives_posted_in_error|cq_overflow|destroy_with_outstanding)",
 ]))
 """The tests of the `debug` leg, by node ID without the directory; the rest run in `stock`."""
 

@@ -289,11 +289,59 @@ def test_rq_flush_through_mapped_rings(ctx):
     assert all(w.qp_num == qp.qp_num for w in wcs)
     # No send WQE was flushed: no SQ_DRAINED (nor any other event).
     assert not readable(afd, 1), f"unexpected asynchronous event {async_event(ctx, afd)}"
-    # The RQ slots were released: the ring takes new WQEs, and destroy flushes them.
+    # The RQ slots were released: the ring takes new WQEs, and the sweep (or destroy,
+    # whichever comes first) flushes them.
     for i in range(16):
         qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
     qp.close()
     assert len(poll_all(cq, 16)) == 16
+
+
+SWEEP_S = 0.1
+"""Seconds between two looks of the device's sweep at a user RQ in ERROR
+(`SWEEP_MS` in rust/sys/ibdev.rs)."""
+
+
+def test_receives_posted_in_error_are_flushed(ctx):
+    """The siw user ABI's post_recv only writes the mapped RQ (no doorbell), so the kernel
+    learns of a receive posted to a QP in ERROR only by looking: the device's sweep does,
+    every SWEEP_S seconds while the QP stays in ERROR, and flushes it with a completion
+    event on an armed CQ. This is rping's pattern: it posts its next receive from its
+    completion handler, and once the connection is gone it waits for that receive's flush
+    before it exits. Twice, for the sweep goes on; after RESET nothing is flushed."""
+    pd = PD(ctx)
+    before = event_fds()
+    ch = CompChannel(ctx)
+    (chfd,) = set(event_fds()) - set(before)
+    cq = CQ(ctx, 64, None, ch, 0)
+    mr = MR(pd, 4096, ACCESS)
+    qp = make_qp(pd, cq, recv_wr=16)
+    modify(qp, e.IBV_QPS_INIT)
+    modify(qp, e.IBV_QPS_ERR)
+    assert cq.poll()[0] == 0
+    for batch in range(2):
+        cq.req_notify()
+        ids = [100 * batch + i for i in range(3)]
+        for i in ids:
+            qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+        # Generous: a loaded debug guest runs the work late, never not at all.
+        assert readable(chfd, 30), f"batch {batch}: no flush of receives posted in ERROR"
+        ch.get_cq_event(cq)
+        cq.ack_events(1)
+        wcs = poll_all(cq, len(ids))
+        assert [w.wr_id for w in wcs] == ids, [w.wr_id for w in wcs]
+        assert all(w.status == e.IBV_WC_WR_FLUSH_ERR for w in wcs)
+    # In RESET the QP is no longer swept: a receive posted there waits (as in INIT).
+    modify(qp, e.IBV_QPS_RESET)
+    modify(qp, e.IBV_QPS_INIT)
+    qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+    cq.req_notify()
+    assert not readable(chfd, 20 * SWEEP_S), "a receive flushed outside ERROR"
+    assert cq.poll()[0] == 0
+    qp.close()
+    assert [w.wr_id for w in poll_all(cq, 1)] == [7]
+    cq.close()
+    ch.close()
 
 
 def test_sq_flush_and_doorbell_in_error(ctx):

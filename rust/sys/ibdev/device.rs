@@ -228,12 +228,17 @@ impl<T: DeviceOps> IbDevice<T> {
         // data was initialised before the ops were installed (`NewDevice::new`).
         let this = raw.cast::<Self>();
         Registry::remove(raw);
-        // SAFETY: `data`, `qps` and `cm_ids` are initialised and unused from here on: the
-        // core destroyed all objects, calls no further operations and frees the memory.
+        // SAFETY: the sweep was initialised with this device; after this it neither runs
+        // nor is queued (the core destroyed every QP, so nothing queues it again).
+        unsafe { bindings::rsiw_delayed_cancel_sync((*this).sweep.get()) };
+        // SAFETY: `data`, `qps`, `cm_ids` and `sweep_qpns` are initialised and unused from
+        // here on: the core destroyed all objects, calls no further operations and frees
+        // the memory.
         unsafe {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).cm_ids));
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).sweep_qpns));
         }
     }
 }

@@ -327,6 +327,9 @@ pub(crate) trait QpOps<D: Objects>: Sized + Send + Sync {
     /// `destroy_qp`: called first; afterwards the QP leaves the QP-number table, destroy
     /// waits for all `iw_add_ref` references to go, then the data is dropped.
     fn destroy(dev: &IbDevice<D>, qp: &IbQp<Self>);
+    /// The receive-queue sweep ([`IbDevice::sweep_rq_later`]) looks at the QP, from
+    /// process context, while the QP exists; returns whether it should look again.
+    fn sweep_rq(qp: &IbQp<Self>) -> bool;
     /// `modify_qp` (the trampoline refuses mask bits beyond the standard attributes).
     fn modify(qp: &IbQp<Self>, change: &QpModify) -> Result;
     /// `query_qp` (optional).
