@@ -297,6 +297,14 @@ def test_rq_flush_through_mapped_rings(ctx):
     assert len(poll_all(cq, 16)) == 16
 
 
+def comp_channel(ctx):
+    """A completion channel of `ctx` and the descriptor of its event file."""
+    before = event_fds()
+    ch = CompChannel(ctx)
+    (fd,) = set(event_fds()) - set(before)
+    return ch, fd
+
+
 SWEEP_S = 0.1
 """Seconds between two looks of the device's sweep at a user RQ in ERROR
 (`SWEEP_MS` in rust/sys/ibdev.rs)."""
@@ -310,9 +318,7 @@ def test_receives_posted_in_error_are_flushed(ctx):
     completion handler, and once the connection is gone it waits for that receive's flush
     before it exits. Twice, for the sweep goes on; after RESET nothing is flushed."""
     pd = PD(ctx)
-    before = event_fds()
-    ch = CompChannel(ctx)
-    (chfd,) = set(event_fds()) - set(before)
+    ch, chfd = comp_channel(ctx)
     cq = CQ(ctx, 64, None, ch, 0)
     mr = MR(pd, 4096, ACCESS)
     qp = make_qp(pd, cq, recv_wr=16)
@@ -432,9 +438,7 @@ def test_srq_limits_modify_query(ctx):
 @pytest.mark.parametrize("solicited_only", [False, True])
 def test_completion_event_on_flush(ctx, solicited_only):
     pd = PD(ctx)
-    before = event_fds()
-    ch = CompChannel(ctx)
-    (chfd,) = set(event_fds()) - set(before)
+    ch, chfd = comp_channel(ctx)
     cq = CQ(ctx, 16, None, ch, 0)
     mr = MR(pd, 4096, ACCESS)
     qp = make_qp(pd, cq)
@@ -475,9 +479,7 @@ def test_completion_event_on_every_vector_from_another_cpu(ctx):
         pd = PD(ctx)
         mr = MR(pd, 4096, ACCESS)
         for v in cpus[:8]:
-            before = event_fds()
-            ch = CompChannel(ctx)
-            (chfd,) = set(event_fds()) - set(before)
+            ch, chfd = comp_channel(ctx)
             cq = CQ(ctx, 16, None, ch, v)
             qp = make_qp(pd, cq)
             modify(qp, e.IBV_QPS_INIT)
