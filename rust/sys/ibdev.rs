@@ -271,9 +271,8 @@ impl<T: DeviceOps> NewDevice<T> {
         let raw = unsafe { bindings::_ib_alloc_device(size_of::<IbDevice<T>>(), ndev.net()) };
         let raw = NonNull::new(raw).ok_or(ENOMEM)?;
         let this = raw.cast::<IbDevice<T>>();
-        // SAFETY: `qps`, `cm_ids`, `sweep_qpns` and `sweep` lie inside the allocation,
-        // aligned and pinned; their initialisers are infallible. The sweep's argument is the
-        // device, which `dealloc_driver` cancels it before freeing.
+        // The sweep's argument is the device, which cancels it in `dealloc_driver`.
+        // SAFETY: the fields lie inside the allocation, aligned and pinned; infallible inits.
         unsafe {
             let qps = core::ptr::addr_of_mut!((*this.as_ptr()).qps);
             let Ok(()) = RawIdTable::new(1).__init(qps);
@@ -292,9 +291,8 @@ impl<T: DeviceOps> NewDevice<T> {
         let slot = unsafe { core::ptr::addr_of_mut!((*this.as_ptr()).data) };
         // SAFETY: see above.
         if let Err(e) = unsafe { init.__init(slot) } {
-            // SAFETY: `qps`, `cm_ids` and `sweep_qpns` are initialised and unused (the sweep
-            // was never queued); no ops are installed, so no `dealloc_driver` runs on uninit
-            // data.
+            // The sweep was never queued; no ops are installed, so no `dealloc_driver` runs.
+            // SAFETY: `qps`, `cm_ids` and `sweep_qpns` are initialised and unused.
             unsafe {
                 core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).qps));
                 core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids));

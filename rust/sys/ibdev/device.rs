@@ -231,9 +231,8 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: the sweep was initialised with this device; after this it neither runs
         // nor is queued (the core destroyed every QP, so nothing queues it again).
         unsafe { bindings::rsiw_delayed_cancel_sync((*this).sweep.get()) };
-        // SAFETY: `data`, `qps`, `cm_ids` and `sweep_qpns` are initialised and unused from
-        // here on: the core destroyed all objects, calls no further operations and frees
-        // the memory.
+        // The core destroyed all objects, calls no further operations and frees the memory.
+        // SAFETY: `data`, `qps`, `cm_ids` and `sweep_qpns` are initialised and unused now.
         unsafe {
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data));
             core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).qps));
