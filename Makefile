@@ -9,6 +9,7 @@
 #   make demo            boot Debian's kernel in a VM, load rsiw, show the device
 #   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
 #   make bench           rsiw vs siw (bandwidth, latency, kernel memory) as ratios
+#   make bench-profile   instructions per 8-octet latency iteration, rsiw vs siw, by symbol
 #   make vm-run CMD=...  run CMD as root in a VM (KERNEL=debug|stock)
 #   make host-test       only the host tests of the protocol core
 #
@@ -61,7 +62,10 @@ demo:
 bench:
 	tests/bench.sh
 
+bench-profile:
+	tests/bench-profile.sh
+
 soak:
 	tests/soak.sh
 
-.PHONY: all module clean install host-test vm-run check demo bench soak
+.PHONY: all module clean install host-test vm-run check demo bench bench-profile soak
