@@ -71,7 +71,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import SIW_KO, SOAK, RSIW_KO, load_rdma_core, module_loaded, port_counters, sh
+from conftest import (SIW_KO, SOAK, RSIW_KO, load_rdma_core, module_loaded, port_counters, sh,
+                      wait_for)
 
 STANDIN = os.environ.get("RSIW_TRANSPORT_SELFTEST", "") == "siw"
 DUT_MOD = "siw" if STANDIN else "rsiw"
@@ -1189,14 +1190,26 @@ def res_qp_details(dev, ns):
 def perftest_two_ns(procs, tmp_path, tool, extra, before_client=lambda: None):
     """Starts perftest's `tool` (with -R and `extra`) between the two devices: its server
     on DUT in NS_A and, once that listens and `before_client()` returned, its client on
-    DUT2 in NS_B. Returns (server, client)."""
-    p = port()
-    server, client = perftest_argvs(tool, DUT, p, extra, IP_A, IP_B)
-    client[client.index("-d") + 1] = DUT2
-    srv = procs(server, tmp_path / "server.txt", NS_A)
-    wait_listener(srv, DUT, IP_A, p, NS_A)
-    before_client()
-    return srv, procs(client, tmp_path / "client.txt", NS_B)
+    DUT2 in NS_B. Returns (server, client) once the client has its data connection
+    (it printed its test's parameters) or exited; started once more if the client lost
+    PERFTEST_LISTEN_RACE."""
+    for tag in ("", "-retry"):
+        p = port()
+        server, client = perftest_argvs(tool, DUT, p, extra, IP_A, IP_B)
+        client[client.index("-d") + 1] = DUT2
+        srv = procs(server, tmp_path / f"server{tag}.txt", NS_A)
+        wait_listener(srv, DUT, IP_A, p, NS_A)
+        before_client()
+        cli = procs(client, tmp_path / f"client{tag}.txt", NS_B)
+        # ctx_print_test_info() comes after create_rdma_cm_connection().
+        wait_for(lambda: "Connection type" in cli.output() or cli.p.poll() is not None,
+                 timeout=T_CLIENT, what=f"{tool}: the client's data connection")
+        if not perftest_listen_race(srv.p.poll(), srv.output(), cli.p.poll(), cli.output()):
+            break
+        print(f"{tool}: the client connected before perftest's server listened for the "
+              "data connection (PERFTEST_LISTEN_RACE); starting once more")
+        srv.kill()
+    return srv, cli
 
 
 def test_res_qp_details_two_ns(two_rsiw, procs, tmp_path):
