@@ -268,6 +268,11 @@ int rsiw_sk_state(const struct socket *sock)
 	return READ_ONCE(sock->sk->sk_state);
 }
 
+bool rsiw_sk_rx_queued(const struct socket *sock)
+{
+	return !skb_queue_empty_lockless(&sock->sk->sk_receive_queue);
+}
+
 unsigned int rsiw_tcp_mss(const struct socket *sock)
 {
 	return READ_ONCE(tcp_sk(sock->sk)->mss_cache);

@@ -97,6 +97,8 @@ int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, si
 
 /* sk->sk_state (TCP_*), tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);
+/* Whether sk->sk_receive_queue holds a buffer (read without the queue's lock). */
+bool rsiw_sk_rx_queued(const struct socket *sock);
 unsigned int rsiw_tcp_mss(const struct socket *sock);
 
 /* TCP_NODELAY on, SO_REUSEADDR on (listeners); keepalive left as configured. */

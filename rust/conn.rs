@@ -244,8 +244,8 @@ struct Inner {
     fpdu: Option<TxFpdu>,
     /// The buffers of the FPDU being sent, empty between FPDUs.
     bufs: FpduBufs,
-    /// The work item read what arrived before the data-ready callback was attached; from
-    /// then on the callback reads everything.
+    /// Nothing that arrived before the data-ready callback was attached is left unread
+    /// (none did, or the work item read it); from then on the callback reads everything.
     drained: bool,
     closed: bool,
 }
@@ -373,7 +373,7 @@ impl Conn {
         let mss = sock.mss();
         let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
-        Self::take_over(&conn, qp, sock, id, report)?;
+        let idle = Self::take_over(&conn, qp, sock, id, report)?;
         let f = &conn.framing;
         pr_dbg!(
             "{}: established: MPA revision {}, CRC {}, markers {} (sent) {} (received), \
@@ -390,8 +390,9 @@ impl Conn {
             conn.ird,
             conn.ord
         );
-        // Data may have arrived with or right after the MPA frames.
-        conn.kick();
+        if !idle {
+            conn.kick();
+        }
         Ok(conn)
     }
 
@@ -475,6 +476,13 @@ impl Conn {
     /// it on `id`, which the connection then keeps, and the timer is armed for the
     /// session's first deadline.
     ///
+    /// Returns whether the connection is idle: nothing arrived before the callbacks moved
+    /// here (the receive queue is empty and TCP still ESTABLISHED: whatever arrives from
+    /// now on reaches the data-ready or state-change callback), the session has no
+    /// message of its own to send (the peer-to-peer RTR) and the SQ holds nothing posted
+    /// before the QP entered RTS (what is posted from now on rings for the connection).
+    /// Otherwise the work item must run once: the caller queues it.
+    ///
     /// # Errors
     ///
     /// `EINVAL` if the QP is not in INIT/RTR, is being destroyed or has a connection
@@ -485,7 +493,7 @@ impl Conn {
         mut sock: Socket,
         id: &mut Option<CmId<Device>>,
         report: impl FnOnce(&CmId<Device>),
-    ) -> Result {
+    ) -> Result<bool> {
         let mut g = this.inner.lock();
         Qp::attach_conn(qp.qp(), this.clone())?;
         if let Err(e) = Qp::enter_rts(qp.qp()) {
@@ -500,11 +508,18 @@ impl Conn {
         }
         let id = id.take().ok_or(EINVAL)?;
         report(&id);
+        // Checked after the callbacks and the QP's doorbell moved here: data or a FIN that
+        // comes later calls them, a post later rings.
+        let idle = !sock.rx_queued()
+            && sock.state() == tcp_state::ESTABLISHED
+            && !this.rx.lock().session.transmit_pending()
+            && !Qp::sq_posted(qp.qp());
+        g.drained = idle;
         g.sock = Some(sock);
         g.qp = Some(qp);
         g.id = Some(id);
         Self::arm_timer(this, &mut g);
-        Ok(())
+        Ok(idle)
     }
 
     /// The connection's IRD and ORD (RDMA Read depths, inbound and outbound).

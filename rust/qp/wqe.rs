@@ -36,6 +36,13 @@ use crate::wqe::{decode_rqe, decode_sqe, BadRqe, BadSqe, RecvWqe, SendWqe, SqSlo
 use kernel::prelude::*;
 
 impl Qp {
+    /// Whether the SQ's head slot holds a posted SQE (its VALID flag, whatever the QP's
+    /// state): work the TX path has not taken yet.
+    pub(crate) fn sq_posted(qp: &IbQp<Qp>) -> bool {
+        let pos = qp.sq_pos.lock();
+        qp.sq.flags(pos.get) & VALID != 0
+    }
+
     /// For the TX path: a validated copy of the SQE at the head of the SQ, without
     /// consuming it; `None` if the SQ is empty or the QP is not in RTS. The slot is read
     /// once; act only on the returned copy.

@@ -468,6 +468,22 @@ impl<S: Store> Session<S> {
         wake
     }
 
+    /// Whether [`Session::poll_transmit`] would now return a message of the session's own
+    /// (our TERMINATE, the RTR or a Read Response) rather than `None` or
+    /// [`Transmit::SendQueue`]: when no work request is posted, the shell's transmit path
+    /// has nothing to do unless this is `true`.
+    pub fn transmit_pending(&self) -> bool {
+        match self.state {
+            SessionState::TerminateDue { .. } => true,
+            SessionState::Active => match self.rtr {
+                RtrPhase::Awaiting { .. } => false,
+                RtrPhase::ToSend(_) => true,
+                RtrPhase::ReadOutstanding | RtrPhase::Done => !self.irq.is_empty(),
+            },
+            SessionState::Terminating { .. } | SessionState::Closed(_) => false,
+        }
+    }
+
     /// The next message to send at time `now` (ms), or `None` if nothing may be sent now
     /// (closed, a TERMINATE out, or the Responder still waits for the first FPDU). See
     /// [`Transmit`] for what the shell does with each; the order is the TERMINATE, the

@@ -629,6 +629,14 @@ impl SockOps {
         unsafe { b::rsiw_sk_state(self.0.as_ptr()) }
     }
 
+    /// Whether the receive queue holds data (or a FIN) not read yet; a buffer the
+    /// socket's backlog still holds is not counted (the receive path queues it and calls
+    /// the data-ready callback).
+    pub(crate) fn rx_queued(&self) -> bool {
+        // SAFETY: valid socket (invariant).
+        unsafe { b::rsiw_sk_rx_queued(self.0.as_ptr()) }
+    }
+
     /// The current TCP MSS (octets of TCP payload per segment).
     pub(crate) fn mss(&self) -> u32 {
         // SAFETY: valid socket (invariant).

@@ -379,7 +379,14 @@ impl Harness {
 
     fn transmit(&mut self, terminate_sent: bool) {
         for _ in 0..200 {
-            let Some(t) = self.session.poll_transmit(self.now) else {
+            let pending = self.session.transmit_pending();
+            let t = self.session.poll_transmit(self.now);
+            assert_eq!(
+                pending,
+                !matches!(t, None | Some(Transmit::SendQueue)),
+                "transmit_pending() said {pending} before {t:?}"
+            );
+            let Some(t) = t else {
                 return;
             };
             self.rec.out.push(Out::Tx(t));
