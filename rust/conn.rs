@@ -633,11 +633,12 @@ impl Conn {
         pr_dbg!("{}: connection closed: {}", this.tag, why.words());
         // Releases the timer's reference to the connection.
         g.timer = None;
-        if let Some(s) = g.sock.as_mut() {
+        if let Some(mut s) = g.sock.take() {
+            // Detached first: the shutdown's own state change would queue the work item
+            // only to find the connection closed. No callback runs after this.
+            s.detach();
             s.shutdown();
         }
-        // Dropping the socket detaches it: no callback runs after this.
-        g.sock = None;
         // The receive half lets go of the QP and of the work requests it holds.
         let (rx_qp, reads, msg) = {
             let mut r = this.rx.lock();
