@@ -9,7 +9,7 @@
 #   make demo            boot Debian's kernel in a VM, load rsiw, show the device
 #   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
 #   make bench           rsiw vs siw (bandwidth, latency, kernel memory) as ratios
-#   make bench-profile   instructions per 8-octet latency iteration, rsiw vs siw, by symbol
+#   make bench-profile   instructions per latency iteration or connection, rsiw vs siw
 #   make vm-run CMD=...  run CMD as root in a VM (KERNEL=debug|stock)
 #   make host-test       only the host tests of the protocol core
 #

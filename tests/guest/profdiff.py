@@ -2,13 +2,16 @@
 """`make bench-profile` in the guest: where rsiw spends more than siw per iteration.
 
 tests/bench.sh's guest (one vCPU, `-icount shift=0,sleep=off`: the clock counts executed
-instructions) runs one perftest latency workload (RSIW_PROF_TOOL, default ib_send_lat, at
-8 octets, event mode, RSIW_PROF_ITERS iterations, default 20000) once per provider under
-`perf record -a -e cpu-clock -c RSIW_PROF_PERIOD` (default 5000 ns, so one sample per
-5000 instructions). A symbol's samples times the period over the iterations is the
-instructions per iteration it took (a Send or Read each way, and what the kernel, uverbs,
-libsiw and perftest did for it; setup and teardown are in it too, a small share at 20000
-iterations).
+instructions) runs one workload once per provider under `perf record -a -e cpu-clock -c
+RSIW_PROF_PERIOD` (default 5000 ns, so one sample per 5000 instructions): a perftest
+latency test (RSIW_PROF_TOOL, default ib_send_lat; ib_read_lat and the others, at 8
+octets, event mode, RSIW_PROF_ITERS iterations, default 20000), or with RSIW_PROF_TOOL
+`ucmatose` `make bench`'s connection setup (`ucmatose -c 20 -C 0`, 20 connections set up
+and torn down in one process, repeated for RSIW_PROF_ITERS connections, default 100). A
+symbol's samples times the period over the iterations is the instructions per iteration
+it took (a Send or Read each way, or one connection, and what the kernel, uverbs,
+librdmacm, libsiw and the programs did for it, the programs' start and exit included; a
+perftest's setup and teardown are a small share at 20000 iterations).
 
 Samples fall where interrupts are enabled again: instructions run with interrupts off show
 at the symbol that re-enables them (`_raw_spin_unlock_irqrestore`,
@@ -27,10 +30,17 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import ADDR, NET, load, perftest, result_row, sh, unload  # noqa: E402
+from bench import ADDR, NET, client_server, load, perftest, result_row, sh, unload  # noqa: E402
 
 TOOL = os.environ.get("RSIW_PROF_TOOL", "ib_send_lat")
-ITERS = int(os.environ.get("RSIW_PROF_ITERS", "20000"))
+CONNECT = TOOL == "ucmatose"
+"""Whether the workload is connection setup (an iteration is one connection)."""
+CONNECTIONS = 20
+"""Connections per ucmatose run (`make bench`'s); RSIW_PROF_ITERS is rounded down to a
+multiple of it."""
+ITERS = int(os.environ.get("RSIW_PROF_ITERS", "100" if CONNECT else "20000"))
+if CONNECT:
+    ITERS = max(ITERS // CONNECTIONS, 1) * CONNECTIONS
 PERIOD = int(os.environ.get("RSIW_PROF_PERIOD", "5000"))
 OUT = os.environ.get("RSIW_BENCH_OUT", "build/bench")
 OWN = {"siw": r"^siw_", "rsiw": r"4rsiw|^rsiw_"}
@@ -39,14 +49,27 @@ OWN = {"siw": r"^siw_", "rsiw": r"4rsiw|^rsiw_"}
 
 def record(mod):
     """Runs TOOL with `mod` loaded under perf; returns (perftest's typical latency in
-    cycles, {(symbol, object): samples}, Counter of rsiw's 'symbol+offset' samples)."""
+    cycles, or None for ucmatose, {(symbol, object): samples}, Counter of rsiw's
+    'symbol+offset' samples)."""
     data = f"/tmp/profdiff-{mod}.data"
     wrap = ["perf", "record", "-q", "-a", "-e", "cpu-clock", "-c", str(PERIOD), "-o", data,
             "--"]
     load(mod)
     try:
-        return report(data, perftest(TOOL, ["-s", "8", "-n", str(ITERS), "-C", "-e"],
-                                     wrap=wrap)[0], mod)
+        if not CONNECT:
+            out = perftest(TOOL, ["-s", "8", "-n", str(ITERS), "-C", "-e"], wrap=wrap)[0]
+            return report(data, out, mod)
+        # Rounds of CONNECTIONS: more at once fail to create their CQs (ENOMEM) with siw.
+        syms, offs = collections.Counter(), collections.Counter()
+        args = ["-p", "{port}", "-c", str(CONNECTIONS), "-C", "0"]
+        for _ in range(ITERS // CONNECTIONS):
+            # client_server fails unless the client exits 0.
+            out = client_server(["ucmatose", "-b", ADDR] + args,
+                                ["ucmatose", "-s", ADDR] + args, wrap=wrap)[0]
+            _, s, o = report(data, out, mod)
+            syms.update(s)
+            offs.update(o)
+        return None, syms, offs
     finally:
         unload(mod)
 
@@ -54,9 +77,11 @@ def record(mod):
 def report(data, out, mod):
     """[`record`]'s result from perf's `data` and perftest's output `out`. The module must
     still be loaded: perf resolves its symbols from /proc/kallsyms."""
-    head, row = result_row(out)
-    typical = float(row[head.index("t_typical[cycles]")] if "t_typical[cycles]" in head
-                    else row[4])
+    typical = None
+    if not CONNECT:
+        head, row = result_row(out)
+        typical = float(row[head.index("t_typical[cycles]")] if "t_typical[cycles]" in head
+                        else row[4])
     rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
                           "--sort", "sym,dso", "-F", "sample,sym,dso", "--percent-limit",
                           "0"], capture_output=True, text=True, check=True).stdout
@@ -93,12 +118,15 @@ def main():
         sh(f"ip link del {NET}", check=False)
         sh(f"ip link set lo mtu {lo_mtu}", check=False)
     s, r = res["siw"][1], res["rsiw"][1]
-    lines = [f"# {TOOL} 8 B: instructions per iteration, rsiw against siw", "",
-             f"`perf record -a -e cpu-clock -c {PERIOD}` over {ITERS} iterations "
-             "(`tests/guest/profdiff.py` says how to read it). Typical latency under perf: "
-             f"siw {res['siw'][0]:.0f} cycles, rsiw {res['rsiw'][0]:.0f} "
-             f"({res['rsiw'][0] / res['siw'][0]:.2f}x).", "",
-             "| object | siw | rsiw |", "|---|---:|---:|"]
+    what = "connection" if CONNECT else "iteration"
+    lines = [f"# {TOOL}{'' if CONNECT else ' 8 B'}: instructions per {what}, rsiw against "
+             "siw", "",
+             f"`perf record -a -e cpu-clock -c {PERIOD}` over {ITERS} {what}s "
+             "(`tests/guest/profdiff.py` says how to read it)."]
+    if not CONNECT:
+        lines[-1] += (f" Typical latency under perf: siw {res['siw'][0]:.0f} cycles, rsiw "
+                      f"{res['rsiw'][0]:.0f} ({res['rsiw'][0] / res['siw'][0]:.2f}x).")
+    lines += ["", "| object | siw | rsiw |", "|---|---:|---:|"]
     objs = collections.Counter()
     for d, m in ((s, "siw"), (r, "rsiw")):
         for (_, o), v in d.items():
@@ -111,7 +139,7 @@ def main():
     for m, d in (("siw", s), ("rsiw", r)):
         own = {k: v for k, v in d.items() if re.search(OWN[m], k[0])}
         lines += ["", f"## {m}'s own functions: {per_iter(sum(own.values())):.0f} per "
-                  "iteration", "", "| instructions | symbol |", "|---:|---|"]
+                  f"{what}", "", "| instructions | symbol |", "|---:|---|"]
         lines += [f"| {per_iter(v):.0f} | `{k[0]}` |"
                   for k, v in sorted(own.items(), key=lambda x: -x[1])[:25]]
     lines += ["", "## Largest differences per symbol (rsiw - siw)", "",
@@ -123,8 +151,9 @@ def main():
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(OUT, f"profdiff-{TOOL}-rsiw-symoff.txt"), "w") as f:
         f.writelines(f"{v} {k}\n" for k, v in res["rsiw"][2].most_common())
-    print(f"[profdiff] {TOOL}: siw {res['siw'][0]:.0f}, rsiw {res['rsiw'][0]:.0f} cycles "
-          f"under perf; {OUT}/profdiff-{TOOL}.md", flush=True)
+    print(f"[profdiff] {TOOL}: siw {per_iter(sum(s.values())):.0f}, rsiw "
+          f"{per_iter(sum(r.values())):.0f} instructions per {what}; "
+          f"{OUT}/profdiff-{TOOL}.md", flush=True)
 
 
 def source_lines(outdir, ko, top=40):
