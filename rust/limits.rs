@@ -26,6 +26,10 @@ pub(crate) const MAX_SRQ_WR: u32 = 1 << 19;
 /// SGEs per work request (the siw ABI's fixed array).
 pub(crate) const MAX_SGE: u32 = b::SIW_MAX_SGE;
 
+/// The longest message, in octets (the port's `max_msg_sz`: 4 GiB - 1, what DDP's
+/// 32-bit MO can address and a completion's 32-bit length can report).
+pub(crate) const MAX_MSG_SZ: u32 = u32::MAX;
+
 /// Inline data per send WQE, in octets: it occupies `sge[1..]` (`SIW_MAX_INLINE`).
 pub(crate) const MAX_INLINE: u32 = (core::mem::size_of::<Sge>() as u32) * (MAX_SGE - 1);
 

@@ -9,7 +9,7 @@
 
 use crate::abi::wqe_flags::{INLINE, SIGNALLED, VALID};
 use crate::abi::{Rqe, Sge, Sqe, WrOpcode};
-use crate::limits::{MAX_INLINE, MAX_SGE};
+use crate::limits::{MAX_INLINE, MAX_MSG_SZ, MAX_SGE};
 use crate::sys::bindings as b;
 use crate::sys::mem::ring::{sqe_raddr, sqe_sges};
 use crate::sys::wr::RecvWr;
@@ -121,6 +121,8 @@ pub(crate) enum BadWqe {
     NumSge(u8),
     /// Inline data longer than `SIW_MAX_INLINE`.
     Inline(u32),
+    /// SGEs whose lengths sum beyond `MAX_MSG_SZ` (the sum, in octets).
+    Length(u64),
 }
 
 /// A malformed SQE at the head of the SQ.
@@ -192,7 +194,9 @@ pub(crate) struct Stale;
 ///
 /// # Errors
 ///
-/// [`BadSqe`] naming the first problem.
+/// [`BadSqe`] naming the first problem: an opcode user space may not post, more than
+/// `SIW_MAX_SGE` SGEs, inline data beyond `SIW_MAX_INLINE`, or SGEs whose lengths sum
+/// beyond `MAX_MSG_SZ` octets.
 pub(crate) fn decode_sqe(raw: &Sqe, kernel: bool, slot: SqSlot) -> Result<SendWqe, BadSqe> {
     let bad = |reason| BadSqe {
         slot,
@@ -220,6 +224,15 @@ pub(crate) fn decode_sqe(raw: &Sqe, kernel: bool, slot: SqSlot) -> Result<SendWq
         }
     } else if u32::from(raw.num_sge) > MAX_SGE {
         return Err(bad(BadWqe::NumSge(raw.num_sge)));
+    } else {
+        let total: u64 = sge
+            .iter()
+            .take(usize::from(raw.num_sge))
+            .map(|s| u64::from(s.length))
+            .sum();
+        if total > u64::from(MAX_MSG_SZ) {
+            return Err(bad(BadWqe::Length(total)));
+        }
     }
     Ok(SendWqe {
         slot,

@@ -78,6 +78,21 @@ mod suite {
             reason(decode_sqe(&sqe(send, INLINE, 1, MAX_INLINE + 1), false, at)),
             Some(BadWqe::Inline(81))
         );
+        // SGEs beyond the longest message (4 GiB - 1 octets); up to it, and SGEs past
+        // num_sge, are fine.
+        let mut long = sqe(send, 0, 2, 0);
+        let mut g = [Sge::zeroed(); MAX_SGE as usize];
+        g[0].length = u32::MAX / 2 + 1;
+        g[1].length = u32::MAX / 2 + 1;
+        long.__bindgen_anon_2.sge = g;
+        assert_eq!(
+            reason(decode_sqe(&long, false, at)),
+            Some(BadWqe::Length(u64::from(u32::MAX) + 1))
+        );
+        g[1].length = u32::MAX / 2;
+        g[2].length = u32::MAX;
+        long.__bindgen_anon_2.sge = g;
+        assert!(decode_sqe(&long, false, at).is_ok());
         // Inline WQEs keep the caller's SGE count (the siw library writes it): ignored.
         let ok = decode_sqe(&sqe(send, INLINE, 9, MAX_INLINE), false, at).ok();
         assert_eq!(

@@ -5,7 +5,7 @@ connects to the hostile peer listening on ADDR:PORT), and reports, for each, wha
 peer's FPDUs did to its memory.
 
     hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread|takeback]
-    hostile_target.py listen ADDR PORT N sqorder
+    hostile_target.py listen ADDR PORT N sqorder|longsge
 
 Per connection it registers, on the connection's PD, one region of three pages filled
 with FILL (local write only), and over its middle page two MRs: one with remote write
@@ -41,6 +41,12 @@ and CQ): it prints {"depth": SQ_DEPTH}, accepts, posts an RDMA Write of BIG_LEN 
 (WR IDs 1, 2, ...) until SQ_DEPTH of them were taken or 30 s passed (a full SQ refuses a
 post with ENOMEM), moves the QP to ERROR and prints {"sends": how many were taken, "wcs":
 [[WR ID, status, opcode], ...]} of the send CQ.
+
+`longsge` (Responder only) is a QP of its own like `sqorder`'s with two SGEs per send WQE:
+it prints {"depth": SQ_DEPTH}, accepts, posts one signalled Send whose two SGEs over one
+64-octet MR claim 2 GiB each (4 GiB in all, one octet beyond the longest message) and
+prints {"wcs": [[WR ID, status, opcode], ...], "state": the QP's state} once the send CQ
+has a completion or 30 s passed.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -221,6 +227,39 @@ def serve_sqorder(cid, ctx, go):
         obj.close()
 
 
+def serve_longsge(cid, ctx, go):
+    """The `longsge` connection on `cid` (no QP of its own), established by `go(param)`."""
+    pd = PD(ctx)
+    cq = CQ(ctx, 4 * SQ_DEPTH)
+    cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=1, max_send_sge=2, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    attr = QPAttr()
+    attr.qp_state = e.IBV_QPS_INIT
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    small = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    print(json.dumps({"depth": SQ_DEPTH}), flush=True)
+    go(ConnParam(resources=1, depth=1, qp_num=qp.qp_num))
+    half = 1 << 31
+    qp.post_send(SendWR(wr_id=7, opcode=e.IBV_WR_SEND, num_sge=2,
+                        sg=[SGE(small.buf, half, small.lkey), SGE(small.buf, half, small.lkey)],
+                        send_flags=e.IBV_SEND_SIGNALED))
+    wcs, deadline = [], time.monotonic() + 30
+    while not wcs and time.monotonic() < deadline:
+        n, got = cq.poll(num_entries=4)
+        wcs.extend([w.wr_id, w.status, w.opcode] for w in got[:n])
+        if n == 0:
+            time.sleep(0.01)
+    state = qp.query(e.IBV_QP_STATE)[0].qp_state
+    print(json.dumps({"wcs": wcs, "state": state}), flush=True)
+    try:
+        cid.disconnect()
+    except PyverbsError:
+        pass  # the connection ended with the QP's ERROR
+    for obj in (qp, small, cq, pd, cid):
+        obj.close()
+
+
 def main():
     role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else None
@@ -234,7 +273,8 @@ def main():
             serve_one(cid, cid.context, mode, cid.connect)
         return
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
-    listener = CMID(creator=ai, qp_init_attr=None if mode == "sqorder" else init)
+    own_qp = mode in ("sqorder", "longsge")
+    listener = CMID(creator=ai, qp_init_attr=None if own_qp else init)
     listener.listen()
     print("ready", flush=True)
     for _ in range(n):
@@ -242,6 +282,8 @@ def main():
         # The passive side's context is the listener's (pyverbs sets it in get_request).
         if mode == "sqorder":
             serve_sqorder(cid, listener.context, cid.accept)
+        elif mode == "longsge":
+            serve_longsge(cid, listener.context, cid.accept)
         else:
             serve_one(cid, listener.context, mode, cid.accept)
     listener.close()

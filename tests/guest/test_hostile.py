@@ -891,6 +891,41 @@ def test_sqe_on_the_wire_frees_its_slot_and_flushes_first(target):
     s.close()
 
 
+IBV_WC_LOC_LEN_ERR = 1
+IBV_QPS_ERR = 6
+
+
+def test_send_longer_than_a_message_fails_locally(target):
+    """A user send WQE whose SGEs sum beyond the longest message (the port's max_msg_sz,
+    4 GiB - 1 octets: two SGEs of 2 GiB over a 64-octet MR, which libsiw writes into the
+    SQ unchecked) completes with a local length error, the QP enters ERROR, and nothing
+    of it reaches the peer: the SQE is refused when it is read from the ring, before any
+    of its memory is resolved."""
+    report = target(1, "longsge")
+    s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+    s.sendall(mpa_request())
+    assert report() == {"depth": 8}
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    r = report(timeout=T_IO)
+    assert r == {"wcs": [[7, IBV_WC_LOC_LEN_ERR, IBV_WC_SEND]], "state": IBV_QPS_ERR}, r
+    # A TERMINATE for the local error may follow (under 100 octets); the Send's FPDUs,
+    # of up to MULPDU octets each, may not.
+    s.settimeout(5)
+    got = b""
+    try:
+        while len(got) < 1 << 16:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    assert len(got) < 100, f"rsiw sent {len(got)} octets after the refused WQE: {got[:64].hex()}"
+    s.close()
+
+
 def with_markers(frames, bad_at=None):
     """The FPDUs `frames` (as fpdu() builds them) as they go on a stream with markers (RFC
     5044 §4.3), starting at the first octet of Full Operation: a marker at every 512th

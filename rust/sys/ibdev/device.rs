@@ -277,7 +277,7 @@ fn fill_device_attr(attr: &mut bindings::ib_device_attr, d: &DeviceAttr) {
 /// octets, connection management by iw_cm.
 fn fill_port_attr(attr: &mut bindings::ib_port_attr, p: &PortAttr) {
     attr.gid_tbl_len = 1;
-    attr.max_msg_sz = u32::MAX;
+    attr.max_msg_sz = crate::limits::MAX_MSG_SZ;
     // A max_mtu of 0 means the netdev sets no limit (dummy, for example).
     attr.max_mtu = match p.max_mtu {
         0 => bindings::ib_mtu_IB_MTU_4096,
