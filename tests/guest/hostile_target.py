@@ -180,16 +180,23 @@ def serve_one(cid, ctx, mode, go):
             obj.close()
 
 
-def serve_sqorder(cid, ctx, go):
-    """The `sqorder` connection on `cid` (no QP of its own), established by `go(param)`."""
+def own_qp(ctx, send_sge):
+    """(PD, CQ, QP) of `sqorder` and `longsge`: an RC QP of SQ_DEPTH send WQEs of
+    `send_sge` SGEs each on a PD and CQ of its own, in INIT with local write access."""
     pd = PD(ctx)
     cq = CQ(ctx, 4 * SQ_DEPTH)
-    cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
+    cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=1, max_send_sge=send_sge, max_recv_sge=1)
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
     attr = QPAttr()
     attr.qp_state = e.IBV_QPS_INIT
     attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
     qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    return pd, cq, qp
+
+
+def serve_sqorder(cid, ctx, go):
+    """The `sqorder` connection on `cid` (no QP of its own), established by `go(param)`."""
+    pd, cq, qp = own_qp(ctx, 1)
     big = MR(pd, BIG_LEN, e.IBV_ACCESS_LOCAL_WRITE)
     small = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
     print(json.dumps({"depth": SQ_DEPTH}), flush=True)
@@ -229,14 +236,7 @@ def serve_sqorder(cid, ctx, go):
 
 def serve_longsge(cid, ctx, go):
     """The `longsge` connection on `cid` (no QP of its own), established by `go(param)`."""
-    pd = PD(ctx)
-    cq = CQ(ctx, 4 * SQ_DEPTH)
-    cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=1, max_send_sge=2, max_recv_sge=1)
-    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
-    attr = QPAttr()
-    attr.qp_state = e.IBV_QPS_INIT
-    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
-    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    pd, cq, qp = own_qp(ctx, 2)
     small = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
     print(json.dumps({"depth": SQ_DEPTH}), flush=True)
     go(ConnParam(resources=1, depth=1, qp_num=qp.qp_num))
