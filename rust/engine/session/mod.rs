@@ -152,6 +152,19 @@ pub enum Event {
     Closed(Close),
 }
 
+/// What the session would send next ([`Session::next`]), with what taking it needs.
+#[derive(Clone, Copy)]
+enum Next {
+    /// Nothing may be sent now.
+    Nothing,
+    /// Our TERMINATE, due until the deadline (ms).
+    Terminate(Terminate, u64),
+    /// The RTR of this type (RFC 6581 §9.2).
+    Rtr(RtrType),
+    /// A Read Response if the IRQ holds a Request, else the SQ head.
+    Queues,
+}
+
 /// The next message to send ([`Session::poll_transmit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transmit {
@@ -468,19 +481,29 @@ impl<S: Store> Session<S> {
         wake
     }
 
+    /// What [`Session::poll_transmit`] takes next, decided without taking it: the order is
+    /// the TERMINATE, the RTR, then the queues (Read Responses before the SQ).
+    fn next(&self) -> Next {
+        match self.state {
+            SessionState::TerminateDue { term, deadline } => Next::Terminate(term, deadline),
+            SessionState::Terminating { .. } | SessionState::Closed(_) => Next::Nothing,
+            SessionState::Active => match self.rtr {
+                RtrPhase::Awaiting { .. } => Next::Nothing,
+                RtrPhase::ToSend(t) => Next::Rtr(t),
+                RtrPhase::ReadOutstanding | RtrPhase::Done => Next::Queues,
+            },
+        }
+    }
+
     /// Whether [`Session::poll_transmit`] would now return a message of the session's own
     /// (our TERMINATE, the RTR or a Read Response) rather than `None` or
     /// [`Transmit::SendQueue`]: when no work request is posted, the shell's transmit path
     /// has nothing to do unless this is `true`.
     pub fn transmit_pending(&self) -> bool {
-        match self.state {
-            SessionState::TerminateDue { .. } => true,
-            SessionState::Active => match self.rtr {
-                RtrPhase::Awaiting { .. } => false,
-                RtrPhase::ToSend(_) => true,
-                RtrPhase::ReadOutstanding | RtrPhase::Done => !self.irq.is_empty(),
-            },
-            SessionState::Terminating { .. } | SessionState::Closed(_) => false,
+        match self.next() {
+            Next::Nothing => false,
+            Next::Terminate(..) | Next::Rtr(_) => true,
+            Next::Queues => !self.irq.is_empty(),
         }
     }
 
@@ -489,20 +512,16 @@ impl<S: Store> Session<S> {
     /// [`Transmit`] for what the shell does with each; the order is the TERMINATE, the
     /// RTR, Read Responses, then the SQ.
     pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
-        match self.state {
-            SessionState::Active => {}
-            SessionState::TerminateDue { term, deadline } => {
+        match self.next() {
+            Next::Nothing => None,
+            Next::Terminate(term, deadline) => {
                 self.state = SessionState::Terminating {
                     cause: term.cause,
                     deadline,
                 };
-                return Some(Transmit::Terminate(term));
+                Some(Transmit::Terminate(term))
             }
-            SessionState::Terminating { .. } | SessionState::Closed(_) => return None,
-        }
-        match self.rtr {
-            RtrPhase::Awaiting { .. } => return None,
-            RtrPhase::ToSend(t) => {
+            Next::Rtr(t) => {
                 if t == RtrType::Read {
                     // Before the Request can reach the peer: its zero-length Response is
                     // the first the ORQ accepts.
@@ -515,14 +534,14 @@ impl<S: Store> Session<S> {
                 } else {
                     self.rtr = RtrPhase::Done;
                 }
-                return Some(Transmit::Rtr(t));
+                Some(Transmit::Rtr(t))
             }
-            RtrPhase::ReadOutstanding | RtrPhase::Done => {}
+            Next::Queues => Some(
+                self.irq
+                    .pop()
+                    .map_or(Transmit::SendQueue, Transmit::ReadResponse),
+            ),
         }
-        if let Some(req) = self.irq.pop() {
-            return Some(Transmit::ReadResponse(req));
-        }
-        Some(Transmit::SendQueue)
     }
 
     /// Whether the SQ head `wr` may be sent now (after [`Transmit::SendQueue`]). A fenced
