@@ -8,7 +8,7 @@
 //! acts on it: user rings are untrusted memory.
 
 use crate::abi::wqe_flags::{INLINE, SIGNALLED, VALID};
-use crate::abi::{Rqe, Sge, Sqe, WrOpcode};
+use crate::abi::{Rqe, Sge, Sqe, WcStatus, WrOpcode};
 use crate::limits::{MAX_INLINE, MAX_MSG_SZ, MAX_SGE};
 use crate::sys::bindings as b;
 use crate::sys::mem::ring::{sqe_raddr, sqe_sges};
@@ -123,6 +123,17 @@ pub(crate) enum BadWqe {
     Inline(u32),
     /// SGEs whose lengths sum beyond `MAX_MSG_SZ` (the sum, in octets).
     Length(u64),
+}
+
+impl BadWqe {
+    /// The status a WQE failed for this completes with: [`WcStatus::LocLenErr`] for a
+    /// length beyond the longest message, [`WcStatus::LocQpOpErr`] otherwise.
+    pub(crate) fn status(&self) -> WcStatus {
+        match self {
+            BadWqe::Length(_) => WcStatus::LocLenErr,
+            _ => WcStatus::LocQpOpErr,
+        }
+    }
 }
 
 /// A malformed SQE at the head of the SQ.

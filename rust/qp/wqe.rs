@@ -32,7 +32,7 @@ use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
 use crate::sys::obj::IbQp;
 use crate::sys::pr_err_ratelimited;
-use crate::wqe::{decode_rqe, decode_sqe, BadRqe, BadSqe, BadWqe, RecvWqe, SendWqe, SqSlot, Stale};
+use crate::wqe::{decode_rqe, decode_sqe, BadRqe, BadSqe, RecvWqe, SendWqe, SqSlot, Stale};
 use kernel::prelude::*;
 
 impl Qp {
@@ -117,20 +117,15 @@ impl Qp {
         Ok(())
     }
 
-    /// For the TX path: completes a malformed SQE with [`WcStatus::LocLenErr`] if its
-    /// SGEs sum beyond the longest message, else [`WcStatus::LocQpOpErr`] (and releases
-    /// it). The caller then moves the QP to ERROR ([`Qp::enter_error`] with
-    /// `IB_EVENT_QP_REQ_ERR`).
+    /// For the TX path: completes a malformed SQE with its reason's status
+    /// ([`BadWqe::status`]) and releases it. The caller then moves the QP to ERROR
+    /// ([`Qp::enter_error`] with `IB_EVENT_QP_REQ_ERR`).
     ///
     /// # Errors
     ///
     /// [`Stale`] if a flush completed it already.
     pub(crate) fn fail_sqe(qp: &IbQp<Qp>, bad: &BadSqe) -> Result<(), Stale> {
-        let status = match bad.reason {
-            BadWqe::Length(_) => WcStatus::LocLenErr,
-            _ => WcStatus::LocQpOpErr,
-        };
-        Self::complete_sqe(qp, &bad.failed(), status, 0)?;
+        Self::complete_sqe(qp, &bad.failed(), bad.reason.status(), 0)?;
         pr_err_ratelimited!(
             "QP {}: malformed send WQE {} ({:?})\n",
             qp.qpn(),
