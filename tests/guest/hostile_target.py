@@ -273,8 +273,8 @@ def main():
             serve_one(cid, cid.context, mode, cid.connect)
         return
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
-    own_qp = mode in ("sqorder", "longsge")
-    listener = CMID(creator=ai, qp_init_attr=None if own_qp else init)
+    qp_of_its_own = mode in ("sqorder", "longsge")
+    listener = CMID(creator=ai, qp_init_attr=None if qp_of_its_own else init)
     listener.listen()
     print("ready", flush=True)
     for _ in range(n):

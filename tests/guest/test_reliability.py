@@ -40,8 +40,8 @@ from conftest import (KMEMLEAK, SOAK, dmesg_lines, dmesg_mark, dmesg_since, modu
                       port_counters, sh, wait_for)
 from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STALL_POLL, STANDIN, T_CLIENT,
-                            T_SERVER, VETH_A, check_rping, pair, perftest_argvs,
-                            perftest_listen_race, port, rping_argvs, table_rows, wait_listener)
+                            T_SERVER, VETH_A, check_rping, pair, perftest_two_ns, port,
+                            rping_argvs, table_rows, wait_listener)
 from test_transport import procs, two_rsiw  # noqa: F401 (fixtures)
 
 T_SURVIVE = 90
@@ -124,39 +124,19 @@ def wait_moving(dev, octets, what, procs_alive=()):
         raise AssertionError(f"{e}: " + transfer_state(dev, base, t0, seen)) from None
 
 
-def start_pair(procs, tmp_path, tool, extra, tag=""):
-    """Starts `tool` as server in rsiwA (on rsiw0) and client in rsiwB (on rsiw1), their
-    output in `tool`+`tag`.server.txt and .client.txt; returns (server, client)
-    background programs."""
+def start_pair(procs, tmp_path, tool, extra):
+    """Starts `tool` as server in rsiwA (on rsiw0) and client in rsiwB (on rsiw1);
+    returns (server, client) background programs. A perftest pair is started by
+    `perftest_two_ns`, which has it connected (or its client exited) first."""
+    if tool != "rping":
+        return perftest_two_ns(procs, tmp_path, tool, extra)
     p = port()
-    if tool == "rping":
-        srv_argv, cli_argv = rping_argvs(IP_A, p, 0, IP_B)
-        srv_argv += extra
-        cli_argv[1:1] = extra
-    else:
-        srv_argv, cli_argv = perftest_argvs(tool, DUT2, p, extra, IP_A, IP_B)
-        srv_argv[srv_argv.index("-d") + 1] = DUT
-    srv = procs(srv_argv, tmp_path / f"{tool}{tag}.server.txt", NS_A)
+    srv_argv, cli_argv = rping_argvs(IP_A, p, 0, IP_B)
+    srv_argv += extra
+    cli_argv[1:1] = extra
+    srv = procs(srv_argv, tmp_path / f"{tool}.server.txt", NS_A)
     wait_listener(srv, DUT, IP_A, p, NS_A)
-    cli = procs(cli_argv, tmp_path / f"{tool}{tag}.client.txt", NS_B)
-    return srv, cli
-
-
-def start_moving(procs, tmp_path, tool, extra, octets):
-    """`start_pair`, then `wait_moving` until rsiw0 moved `octets`; started once more if
-    perftest's client lost PERFTEST_LISTEN_RACE (in test_transport.py). Returns (server,
-    client)."""
-    srv, cli = start_pair(procs, tmp_path, tool, extra)
-    try:
-        wait_moving(DUT, octets, tool, (srv, cli))
-    except AssertionError:
-        if not perftest_listen_race(srv.p.poll(), srv.output(), cli.p.poll(), cli.output()):
-            raise
-        print(f"{tool}: the client connected before perftest's server listened for the "
-              "data connection (PERFTEST_LISTEN_RACE); starting once more")
-        srv.kill()
-        srv, cli = start_pair(procs, tmp_path, tool, extra, "-retry")
-        wait_moving(DUT, octets, tool, (srv, cli))
+    cli = procs(cli_argv, tmp_path / f"{tool}.client.txt", NS_B)
     return srv, cli
 
 
@@ -189,7 +169,8 @@ def test_peer_killed_mid_transfer(two_rsiw, procs, tmp_path, tool, victim):
         extra = ["-S", "16384"]
     else:
         extra = ["-s", "65536", "-D", str(duration)]
-    srv, cli = start_moving(procs, tmp_path, tool, extra, MOVING)
+    srv, cli = start_pair(procs, tmp_path, tool, extra)
+    wait_moving(DUT, MOVING, tool, (srv, cli))
     dead, survivor = (srv, cli) if victim == "server" else (cli, srv)
     dead.signal(signal.SIGKILL)
     t0 = time.monotonic()
@@ -400,7 +381,8 @@ def test_rmmod_during_a_transfer_takes_the_devices_away(two_rsiw, procs, tmp_pat
     if STANDIN:
         pytest.skip("the C siw has no disassociate_ucontext: the core refuses rmmod in use")
     two_rsiw()
-    srv, cli = start_moving(procs, tmp_path, "rping", ["-S", "16384"], MOVING)
+    srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
+    wait_moving(DUT, MOVING, "rping", (srv, cli))
     r = sh("rmmod rsiw", check=False, timeout=T_CLIENT)
     print(f"rmmod: {r.returncode} {r.stdout}{r.stderr}")
     assert r.returncode == 0, f"rmmod rsiw failed while rping ran: {r.stderr}"
@@ -430,8 +412,8 @@ def test_link_del_during_transfer(two_rsiw, procs, tmp_path, dev):
     two_rsiw()
     # Long enough on a loaded host that the link goes during the run (MOVING).
     duration = 10 if STANDIN else 60 if SOAK else 30
-    srv, cli = start_moving(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", str(duration)],
-                            MOVING)
+    srv, cli = start_pair(procs, tmp_path, "ib_write_bw", ["-s", "65536", "-D", str(duration)])
+    wait_moving(DUT, MOVING, "ib_write_bw", (srv, cli))
     t0 = time.monotonic()
     r = sh(f"rdma link del {dev}", check=False, timeout=T_CLIENT + duration)
     took = time.monotonic() - t0
@@ -457,7 +439,8 @@ def test_veth_deleted_during_transfer(two_rsiw, procs, tmp_path):
     unloads cleanly (the fixture)."""
     two_rsiw()
     mark = dmesg_mark()
-    srv, cli = start_moving(procs, tmp_path, "rping", ["-S", "16384"], MOVING)
+    srv, cli = start_pair(procs, tmp_path, "rping", ["-S", "16384"])
+    wait_moving(DUT, MOVING, "rping", (srv, cli))
     sh(f"ip -n {NS_A} link del {VETH_A}", timeout=T_CLIENT)
     wait_for(lambda: not any(os.path.exists(f"/sys/class/infiniband/{d}")
                              for d in (DUT, DUT2)),
@@ -564,7 +547,8 @@ def test_scribbled_rings_fail_only_their_own_qps(two_rsiw, procs, tmp_path, vict
     lockdep and kmemleak stay quiet (the autouse checks)."""
     two_rsiw()
     tool, extra = SCRIBBLED[victim]
-    vsrv, vcli = start_moving(procs, tmp_path, tool, extra, 1 << 20)
+    vsrv, vcli = start_pair(procs, tmp_path, tool, extra)
+    wait_moving(DUT, 1 << 20, tool, (vsrv, vcli))
     victims = (vsrv.p.pid, vcli.p.pid)
     seconds = 120 if SOAK else 20
     scr = procs([sys.executable, SCRIBBLER, str(seconds), str(seconds ^ len(victim)),

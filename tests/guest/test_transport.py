@@ -475,7 +475,7 @@ librdmacm"), and the server waits for a client that never comes. A run that fail
 exactly so (client killed by SIGSEGV after "Failed to connect through RDMA CM." with
 "Connection refused", server never connected) is retried once on a fresh port, and the
 retry must pass: every perftest pair of the tests runs through `retry_listen_race` (or
-`start_moving` in test_reliability.py). A server whose writes strace delays (`strace -f
+`perftest_two_ns`, for the pairs that run in the background). A server whose writes strace delays (`strace -f
 -e inject=write:delay_enter=500000`) loses the race every time."""
 
 
@@ -487,14 +487,21 @@ def perftest_listen_race(src, sout, crc, cout):
             and "Connection refused" in cout and "#bytes" not in sout)
 
 
+def lost_listen_race(name, src, sout, crc, cout):
+    """`perftest_listen_race`, saying so (under `name`) when the pair lost it."""
+    lost = perftest_listen_race(src, sout, crc, cout)
+    if lost:
+        print(f"{name}: the client connected before perftest's server listened for the "
+              "data connection (PERFTEST_LISTEN_RACE); trying once more")
+    return lost
+
+
 def retry_listen_race(name, attempt):
     """Runs `attempt(name, p)`, a perftest pair on a fresh port p whose result starts with
     `pair()`'s four values; if that run failed by PERFTEST_LISTEN_RACE, runs it once more
     as `name` + "-retry" on another port. Returns (name, result) of the run that counts."""
     res = attempt(name, port())
-    if perftest_listen_race(*res[:4]):
-        print(f"{name}: the client connected before perftest's server listened for the "
-              "data connection (PERFTEST_LISTEN_RACE); retrying once")
+    if lost_listen_race(name, *res[:4]):
         name += "-retry"
         res = attempt(name, port())
     return name, res
@@ -1204,10 +1211,9 @@ def perftest_two_ns(procs, tmp_path, tool, extra, before_client=lambda: None):
         # ctx_print_test_info() comes after create_rdma_cm_connection().
         wait_for(lambda: "Connection type" in cli.output() or cli.p.poll() is not None,
                  timeout=T_CLIENT, what=f"{tool}: the client's data connection")
-        if not perftest_listen_race(srv.p.poll(), srv.output(), cli.p.poll(), cli.output()):
+        if not lost_listen_race(tool, srv.p.poll(), srv.output(), cli.p.poll(),
+                                cli.output()):
             break
-        print(f"{tool}: the client connected before perftest's server listened for the "
-              "data connection (PERFTEST_LISTEN_RACE); starting once more")
         srv.kill()
     return srv, cli
 
