@@ -295,10 +295,15 @@ def conn_rate():
             return False
         start[0] = run_seconds()
         return True
-    server = ["ucmatose", "-b", ADDR, "-p", "{port}", "-c", str(n), "-C", "0"]
-    client = ["ucmatose", "-s", ADDR, "-p", "{port}", "-c", str(n), "-C", "0"]
-    client_server(server, client, ready=ready)
+    client_server(*ucmatose(n), ready=ready)
     return n / (run_seconds() - start[0])
+
+
+def ucmatose(n):
+    """(server, client) argvs of `ucmatose` setting up and tearing down `n` connections
+    on ADDR without Sends (`-C 0`), for `client_server`."""
+    args = ["-p", "{port}", "-c", str(n), "-C", "0"]
+    return ["ucmatose", "-b", ADDR] + args, ["ucmatose", "-s", ADDR] + args
 
 
 def tcp_ceiling():

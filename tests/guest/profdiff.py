@@ -30,7 +30,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import ADDR, NET, client_server, load, perftest, result_row, sh, unload  # noqa: E402
+from bench import (ADDR, NET, client_server, load, perftest, result_row, sh,  # noqa: E402
+                   ucmatose, unload)
 
 TOOL = os.environ.get("RSIW_PROF_TOOL", "ib_send_lat")
 CONNECT = TOOL == "ucmatose"
@@ -61,11 +62,9 @@ def record(mod):
             return report(data, out, mod)
         # Rounds of CONNECTIONS: more at once fail to create their CQs (ENOMEM) with siw.
         syms, offs = collections.Counter(), collections.Counter()
-        args = ["-p", "{port}", "-c", str(CONNECTIONS), "-C", "0"]
         for _ in range(ITERS // CONNECTIONS):
             # client_server fails unless the client exits 0.
-            out = client_server(["ucmatose", "-b", ADDR] + args,
-                                ["ucmatose", "-s", ADDR] + args, wrap=wrap)[0]
+            out = client_server(*ucmatose(CONNECTIONS), wrap=wrap)[0]
             _, s, o = report(data, out, mod)
             syms.update(s)
             offs.update(o)
