@@ -4,7 +4,7 @@ the other, as Responder (`listen`: accepts them on ADDR:PORT) or as Initiator (`
 connects to the hostile peer listening on ADDR:PORT), and reports, for each, what the
 peer's FPDUs did to its memory.
 
-    hostile_target.py listen|connect ADDR PORT N [read|flood|norecv|bigread|takeback]
+    hostile_target.py listen|connect ADDR PORT N [read|read0|flood|norecv|bigread|takeback]
     hostile_target.py listen ADDR PORT N sqorder|longsge
 
 Per connection it registers, on the connection's PD, one region of three pages filled
@@ -15,7 +15,8 @@ access, an STag the peer must not reach. It posts one receive of 64 octets, prin
 line with the middle page's address, the two rkeys, the region's lkey and the other PD's
 page (`faddr`, `fkey`), and accepts (or connects). With `read` it then posts one RDMA Read of
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
-through the remote-read MR, and waits for its completion. With `flood` it then posts
+through the remote-read MR, and waits for its completion; `read0` is `read` on a
+connection whose ORD is 0 (rdma_cm's initiator depth), where the Read must fail. With `flood` it then posts
 FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
 not read) and does not wait for them. With `bigread` it also registers BIG_LEN octets
 holding BIG_PATTERN repeated, with remote read access (`baddr`, `bkey` in the first
@@ -45,8 +46,9 @@ post with ENOMEM), moves the QP to ERROR and prints {"sends": how many were take
 `longsge` (Responder only) is a QP of its own like `sqorder`'s with two SGEs per send WQE:
 it prints {"depth": SQ_DEPTH}, accepts, posts one signalled Send whose two SGEs over one
 64-octet MR claim 2 GiB each (4 GiB in all, one octet beyond the longest message) and
-prints {"wcs": [[WR ID, status, opcode], ...], "state": the QP's state} once the send CQ
-has a completion or 30 s passed.
+prints {"wcs": [[WR ID, status, opcode], ...], "state": the QP's state, "events": the
+asynchronous events, waiting up to 10 s for the first} once the send CQ has a completion
+or 30 s passed.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -138,14 +140,14 @@ def serve_one(cid, ctx, mode, go):
         rcv2 = cid.reg_msgs(64)
         cid.post_recv(rcv2)
     print(json.dumps(keys), flush=True)
-    go(ConnParam(resources=1, depth=1))
+    go(ConnParam(resources=1, depth=0 if mode == "read0" else 1))
     read_wc = None
     flood = None
     if mode == "flood":
         flood = MR(cid.pd, FLOOD_LEN, e.IBV_ACCESS_LOCAL_WRITE)
         for i in range(FLOOD_SENDS):
             cid.post_send(flood, e.IBV_SEND_SIGNALED if i == FLOOD_SENDS - 1 else 0)
-    if mode == "read":
+    if mode in ("read", "read0"):
         cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
         read_wc = cid.get_send_comp()
     if mode == "norecv":
@@ -251,7 +253,8 @@ def serve_longsge(cid, ctx, go):
         if n == 0:
             time.sleep(0.01)
     state = qp.query(e.IBV_QP_STATE)[0].qp_state
-    print(json.dumps({"wcs": wcs, "state": state}), flush=True)
+    print(json.dumps({"wcs": wcs, "state": state, "events": async_events(ctx, 10)}),
+          flush=True)
     try:
         cid.disconnect()
     except PyverbsError:

@@ -892,7 +892,9 @@ def test_sqe_on_the_wire_frees_its_slot_and_flushes_first(target):
 
 
 IBV_WC_LOC_LEN_ERR = 1
+IBV_WC_LOC_QP_OP_ERR = 2
 IBV_QPS_ERR = 6
+IBV_EVENT_QP_REQ_ERR = 2
 
 
 def test_send_longer_than_a_message_fails_locally(target):
@@ -900,7 +902,7 @@ def test_send_longer_than_a_message_fails_locally(target):
     4 GiB - 1 octets: two SGEs of 2 GiB over a 64-octet MR, which libsiw writes into the
     SQ unchecked) completes with a local length error, the QP enters ERROR, and nothing
     of it reaches the peer: the SQE is refused when it is read from the ring, before any
-    of its memory is resolved."""
+    of its memory is resolved. The consumer gets one QP_REQ_ERR event."""
     report = target(1, "longsge")
     s = socket.create_connection((ADDR, PORT), timeout=T_IO)
     s.sendall(mpa_request())
@@ -909,7 +911,8 @@ def test_send_longer_than_a_message_fails_locally(target):
     assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
     recv_exact(s, int.from_bytes(rep[18:20], "big"))
     r = report(timeout=T_IO)
-    assert r == {"wcs": [[7, IBV_WC_LOC_LEN_ERR, IBV_WC_SEND]], "state": IBV_QPS_ERR}, r
+    assert r == {"wcs": [[7, IBV_WC_LOC_LEN_ERR, IBV_WC_SEND]], "state": IBV_QPS_ERR,
+                 "events": [IBV_EVENT_QP_REQ_ERR]}, r
     # A TERMINATE for the local error may follow (under 100 octets); the Send's FPDUs,
     # of up to MULPDU octets each, may not.
     s.settimeout(5)
@@ -924,6 +927,41 @@ def test_send_longer_than_a_message_fails_locally(target):
         pass
     assert len(got) < 100, f"rsiw sent {len(got)} octets after the refused WQE: {got[:64].hex()}"
     s.close()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_read_with_ord_0_fails_locally(target, peer, role):
+    """An RDMA Read posted on a connection whose ORD is 0 (rdma_cm's initiator depth 0,
+    sent as ORD 0 in the RFC 6581 IRD/ORD block of rsiw's MPA frame), with rsiw as
+    Responder and as Initiator: the Read completes with LOC_QP_OP_ERR, the QP enters
+    ERROR (the receive is flushed) without an asynchronous event, no octet of the region
+    changes, and no Read Request reaches the peer."""
+    report = target(1, "read0", role=role)
+    ird_ord_0 = bytes.fromhex("00010000")  # IRD 1, ORD 0
+    if role == "listen":
+        s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+        s.sendall(mpa_request())
+        report()
+        frame = recv_exact(s, 20)
+        assert frame[:16] == b"MPA ID Rep Frame", frame.hex()
+        assert frame[16] & 0x20 == 0, f"rsiw rejected the MPA Request: {frame.hex()}"
+        pd = recv_exact(s, int.from_bytes(frame[18:20], "big"))
+    else:
+        report()
+        s, _ = peer.accept()
+        s.settimeout(T_IO)
+        frame = recv_exact(s, 20)
+        assert frame[:16] == b"MPA ID Req Frame", frame.hex()
+        pd = recv_exact(s, int.from_bytes(frame[18:20], "big"))
+        s.sendall(mpa_reply())
+    assert pd == ird_ord_0, f"rsiw's IRD/ORD block: {pd.hex()}"
+    r = report(timeout=T_IO)
+    data = recv_all(s)
+    s.close()
+    assert (r["read_status"], r["status"]) == (IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR), r
+    assert (r["changes"], r["foreign"], r["events"]) == ([], [], []), r
+    ops = [op for op, _ in fpdus(data)]
+    assert all(op == 7 for op in ops), f"rsiw sent RDMAP opcodes {ops}: {data.hex()}"
 
 
 def with_markers(frames, bad_at=None):
@@ -1072,8 +1110,8 @@ def changes_within(changes, start, data):
 def test_reset_in_the_middle_of_an_fpdu(target, peer, role):
     """The peer sends the first half of a Write FPDU into the write MR and resets the
     connection, with rsiw as Responder and as Initiator: the consumer's receive is
-    flushed within T_IO, and nothing but (a prefix of) that Write's own payload, inside
-    the MR, changed."""
+    flushed within T_IO, the QP reports QP_FATAL, and nothing but (a prefix of) that
+    Write's own payload, inside the MR, changed."""
     report = target(1, role=role)
     s, keys = open_conn(role, report, peer)
     payload = bytes(range(256)) * 4
@@ -1081,7 +1119,7 @@ def test_reset_in_the_middle_of_an_fpdu(target, peer, role):
     s.sendall(f[:len(f) // 2])
     reset(s)
     r = report(timeout=T_IO)
-    assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
+    assert (r["status"], r["events"]) == (IBV_WC_WR_FLUSH_ERR, [IBV_EVENT_QP_FATAL]), r
     bad = changes_within(r["changes"], PAGE + 64, payload)
     assert not bad and r["foreign"] == [], (bad, r)
 
