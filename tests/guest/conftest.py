@@ -308,6 +308,16 @@ def wait_for(pred, timeout=10.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def recv_exact(s, n):
+    """`n` octets from socket `s`; fails if the stream ends first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, f"connection closed after {len(buf)} of {n} octets: {buf.hex()}"
+        buf += chunk
+    return buf
+
+
 def make_dummy(name, addr=None):
     sh(f"ip link add {name} type dummy")
     if addr:

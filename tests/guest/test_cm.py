@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import (dmesg_mark, dmesg_since, load_rsiw, port_counters, sh, unload_rsiw,
-                      wait_for)
+from conftest import (dmesg_mark, dmesg_since, load_rsiw, port_counters, recv_exact, sh,
+                      unload_rsiw, wait_for)
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -115,6 +115,76 @@ def test_reject_reaches_the_client(cm_dev):
     c = port_counters(DEV)
     assert (c["connect_attempts"], c["incoming_connections"], c["mpa_rejects_sent"],
             c["mpa_rejects_received"], c["mpa_timeouts"]) == (1, 1, 1, 1, 0), c
+
+
+REJECTED_CLIENT = textwrap.dedent("""
+    import sys
+    from pyverbs import cm_enums as ce
+    from pyverbs import enums as e
+    from pyverbs.cmid import AddrInfo, CMEvent, CMEventChannel, CMID, ConnParam
+    from pyverbs.qp import QPCap, QPInitAttr
+    addr, port = sys.argv[1], sys.argv[2]
+    ch = CMEventChannel()
+    cmid = CMID(creator=ch)
+
+    def event(want):
+        ev = CMEvent(ch)
+        got, pd = ev.event_type, ev.private_data
+        ev.ack_cm_event()
+        assert got == want, f"event {got}, not {want}"
+        return pd
+
+    cmid.resolve_addr(AddrInfo(src=addr, dst=addr, dst_service=port,
+                               port_space=ce.RDMA_PS_TCP))
+    event(ce.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cmid.resolve_route()
+    event(ce.RDMA_CM_EVENT_ROUTE_RESOLVED)
+    cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+    cmid.connect(ConnParam(resources=1, depth=1))
+    print("rejected", event(ce.RDMA_CM_EVENT_REJECTED).hex(), flush=True)
+    cmid.close()
+    ch.close()
+    """)
+
+
+@pytest.mark.parametrize("role", ["responder", "initiator"])
+def test_reject_carries_private_data(cm_dev, role):
+    """A reject's private data reaches the other side's consumer (RFC 5044 §7.1.2: an
+    MPA Reply with R set carries the rejecting ULP's private data; RFC 6581 §9.1: after
+    the IRD/ORD block in an enhanced frame). As Responder, rsiw's Reply to a raw enhanced
+    MPA Request is a rejecting enhanced Rev 2 Reply whose private data is the IRD/ORD
+    block and the consumer's octets; as Initiator, the consumer's REJECTED event carries the raw
+    Responder's octets without the block."""
+    if role == "responder":
+        srv = server(7530, "reject")
+        with socket.create_connection((ADDR, 7530), timeout=60) as s:
+            s.sendall(mpa_frame(key=b"MPA ID Req Frame"))
+            rep = recv_exact(s, 20)
+            pd = recv_exact(s, int.from_bytes(rep[18:20], "big"))
+        out, _ = srv.communicate(timeout=60)
+        assert "rejected" in out and "closed" in out, out
+        assert (rep[:16], rep[16] & 0x30, rep[17]) == (b"MPA ID Rep Frame", 0x30, 2), rep.hex()
+        assert pd[4:] == b"rsiw says no", pd
+        return
+
+    def reject(conn):
+        conn.sendall(mpa_frame(flags=0x30, pd=struct.pack(">HH", 1, 1) + b"peer says no"))
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass  # rsiw may close or reset
+        conn.close()
+
+    t, errs = raw_responder(7531, reject)
+    p = subprocess.run([sys.executable, "-c", REJECTED_CLIENT, ADDR, "7531"],
+                       capture_output=True, text=True, timeout=120)
+    t.join(timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not errs, errs
+    assert p.stdout.split() == ["rejected", b"peer says no".hex()], p.stdout + p.stderr
+    c = port_counters(DEV)
+    assert (c["connect_attempts"], c["mpa_rejects_received"]) == (1, 1), c
 
 
 def test_accept_and_disconnect(cm_dev):

@@ -53,8 +53,8 @@ import threading
 import crcmod.predefined
 import pytest
 
-from conftest import (SOAK, dmesg_mark, dmesg_since, load_rsiw, port_counters, sh, unload_rsiw,
-                      wait_for)
+from conftest import (SOAK, dmesg_mark, dmesg_since, load_rsiw, port_counters, recv_exact, sh,
+                      unload_rsiw, wait_for)
 
 DEV = "rsiw0"
 ADDR = "10.91.0.1"
@@ -175,15 +175,6 @@ def mpa_frame(key=b"MPA ID Req Frame", flags=0x10, rev=2, pd=struct.pack(">HH", 
     the private data's length) and private data."""
     n = len(pd) if pd_len is None else pd_len
     return key + bytes([flags, rev]) + struct.pack(">H", n) + pd
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        assert chunk, f"connection closed after {len(buf)} of {n} octets: {buf.hex()}"
-        buf += chunk
-    return buf
 
 
 def recv_all(s):
