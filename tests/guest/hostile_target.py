@@ -7,34 +7,32 @@ peer's FPDUs did to its memory.
     hostile_target.py listen|connect ADDR PORT N [read|read0|flood|norecv|bigread|takeback]
     hostile_target.py listen ADDR PORT N sqorder|longsge
 
-Per connection it registers, on the connection's PD, one region of three pages filled
-with FILL (local write only), and over its middle page two MRs: one with remote write
-access, one with remote read access only (and local write, as a Read's sink needs). On a
-PD of its own (not the connection's) it registers one more page with remote read and write
-access, an STag the peer must not reach. It posts one receive of 64 octets, prints one JSON
-line with the middle page's address, the two rkeys, the region's lkey and the other PD's
-page (`faddr`, `fkey`), and accepts (or connects). With `read` it then posts one RDMA Read of
+Per connection it registers, on the connection's PD, one region of three pages filled with
+FILL (local write only), and over its middle page two MRs: one with remote write access,
+one with remote read access only (and local write, as a Read's sink needs). On a PD of its
+own (not the connection's) it registers one more page with remote read and write access,
+an STag the peer must not reach. It posts one receive of 64 octets, prints one JSON line
+with the middle page's address, the two rkeys, the region's lkey and the other PD's page
+(`faddr`, `fkey`), and accepts (or connects). With `read` it then posts one RDMA Read of
 READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middle page
 through the remote-read MR, and waits for its completion; `read0` is `read` on a
-connection whose ORD is 0 (rdma_cm's initiator depth), where the Read must fail. With `flood` it then posts
-FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers for a peer that does
-not read) and does not wait for them. With `bigread` it also registers BIG_LEN octets
-holding BIG_PATTERN repeated, with remote read access (`baddr`, `bkey` in the first
-line), for the peer to read, and deregisters it before the connection's QP is
-destroyed. `takeback` is `bigread` over memory of its own (an anonymous mapping): once
-the receive completed it deregisters the MR, overwrites the memory with TAKEN_BACK (the
-process's to reuse now) and then reports; it posts a second receive and, after the
-report, waits for that to complete (the peer's second Send, or a flush once the
-connection ended) before it disconnects. With `norecv` it posts no receive and, instead of a
-receive's completion, waits up to 60 s for the first asynchronous event. Otherwise it then
-waits for the receive
-to complete (a Send from the peer, or a flush once the connection ended) and prints one
-JSON line: the receive's status, length and first octets, the Read's status and length,
-every run of the three pages that is no longer FILL (offset and octets, hex), the same of
-the other PD's page, and the
-asynchronous events the device context reported (after a flushed receive it waits up to
-10 s for the first). The whole region is checked, so a byte placed beyond the MR's page,
-before or after it, shows.
+connection whose ORD is 0 (rdma_cm's initiator depth), where the Read must fail. With
+`flood` it then posts FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers
+for a peer that does not read) and does not wait for them. With `bigread` it also
+registers BIG_LEN octets holding BIG_PATTERN repeated, with remote read access (`baddr`,
+`bkey` in the first line), for the peer to read, and deregisters it before the
+connection's QP is destroyed. `takeback` is `bigread` over memory of its own (an anonymous
+mapping): once the receive completed it deregisters the MR, overwrites the memory with
+TAKEN_BACK (the process's to reuse now) and then reports; it posts a second receive and,
+after the report, waits for that to complete (the peer's second Send, or a flush once the
+connection ended) before it disconnects. With `norecv` it posts no receive and, instead of
+a receive's completion, waits up to 60 s for the first asynchronous event. Otherwise it
+then waits for the receive to complete (a Send from the peer, or a flush once the
+connection ended) and prints one JSON line: the receive's status, length and first octets,
+the Read's status and length, every run of the three pages that is no longer FILL (offset
+and octets, hex), the same of the other PD's page, and the asynchronous events the device
+context reported (after a flushed receive it waits up to 10 s for the first). The whole
+region is checked, so a byte placed beyond the MR's page, before or after it, shows.
 
 `sqorder` (Responder only) is a consumer of its own QP (SQ_DEPTH send WQEs, its own PD
 and CQ): it prints {"depth": SQ_DEPTH}, accepts, posts an RDMA Write of BIG_LEN octets

@@ -153,8 +153,8 @@ def test_reject_carries_private_data(cm_dev, role):
     MPA Reply with R set carries the rejecting ULP's private data; RFC 6581 §9.1: after
     the IRD/ORD block in an enhanced frame). As Responder, rsiw's Reply to a raw enhanced
     MPA Request is a rejecting enhanced Rev 2 Reply whose private data is the IRD/ORD
-    block and the consumer's octets; as Initiator, the consumer's REJECTED event carries the raw
-    Responder's octets without the block."""
+    block and the consumer's octets; as Initiator, the consumer's REJECTED event carries
+    the raw Responder's octets without the block."""
     if role == "responder":
         srv = server(7530, "reject")
         with socket.create_connection((ADDR, 7530), timeout=60) as s:

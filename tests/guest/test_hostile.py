@@ -194,10 +194,15 @@ def recv_all(s):
     return bytes(data)
 
 
-def connect(target, crc=False):
-    """MPA startup as Initiator, asking for CRC if `crc`; returns (socket, the target's
-    keys: middle page address `addr`, write rkey `wkey`, read rkey `rkey`, the region's
-    lkey `lkey`, the other PD's page `faddr` and its `fkey`; see hostile_target.py)."""
+# The RFC 6581 IRD/ORD block of the target's MPA frames: IRD 1, ORD 1.
+IRD_ORD_1_1 = bytes.fromhex("00010001")
+
+
+def connect(target, crc=False, ird_ord=IRD_ORD_1_1):
+    """MPA startup as Initiator, asking for CRC if `crc`, checking that rsiw's Reply
+    carries the IRD/ORD block `ird_ord`; returns (socket, the target's keys: middle page
+    address `addr`, write rkey `wkey`, read rkey `rkey`, the region's lkey `lkey`, the
+    other PD's page `faddr` and its `fkey`; see hostile_target.py)."""
     s = socket.create_connection((ADDR, PORT), timeout=T_IO)
     s.sendall(mpa_request(crc))
     keys = target()
@@ -208,9 +213,8 @@ def connect(target, crc=False):
     # is in use if either frame has C=1, so it must be 0 only when the peer did not ask.
     assert rep[16] & (0x80 if crc else 0xC0) == 0, f"rsiw's M and C: {rep.hex()}"
     pd = recv_exact(s, int.from_bytes(rep[18:20], "big"))
-    # Revision 2 with the RFC 6581 IRD/ORD block (S=1): IRD 1, ORD 1 (the target's).
-    assert (rep[17], rep[16] & 0x10, pd) == (2, 0x10, bytes.fromhex("00010001")), \
-        (rep.hex(), pd.hex())
+    # Revision 2 with the RFC 6581 IRD/ORD block (S=1).
+    assert (rep[17], rep[16] & 0x10, pd) == (2, 0x10, ird_ord), (rep.hex(), pd.hex())
     return s, keys
 
 
@@ -229,17 +233,19 @@ def peer():
     ls.close()
 
 
-def accept(ls, target, crc=False):
+def accept(ls, target, crc=False, ird_ord=None):
     """MPA startup as Responder to rsiw's connect: takes rsiw's MPA Request (revision 2,
-    S=1, no markers, no CRC: rsiw's defaults), answers with mpa_reply(crc) (C=1: CRC is
-    in use, RFC 5044 §7.1); returns (socket, the target's keys, as connect() does)."""
+    S=1, no markers, no CRC: rsiw's defaults; with the IRD/ORD block `ird_ord` if given),
+    answers with mpa_reply(crc) (C=1: CRC is in use, RFC 5044 §7.1); returns (socket,
+    the target's keys, as connect() does)."""
     keys = target()
     s, _ = ls.accept()
     s.settimeout(T_IO)
     req = recv_exact(s, 20)
     assert req[:16] == b"MPA ID Req Frame", req.hex()
     assert (req[16] & 0xD0, req[17]) == (0x10, 2), f"rsiw's MPA Request: {req.hex()}"
-    recv_exact(s, int.from_bytes(req[18:20], "big"))
+    pd = recv_exact(s, int.from_bytes(req[18:20], "big"))
+    assert ird_ord is None or pd == ird_ord, f"rsiw's IRD/ORD block: {pd.hex()}"
     s.sendall(mpa_reply(crc))
     return s, keys
 
@@ -248,10 +254,13 @@ def accept(ls, target, crc=False):
 ROLES = ["listen", "connect"]
 
 
-def open_conn(role, report, ls, crc=False):
+def open_conn(role, report, ls, crc=False, ird_ord=None):
     """A connection to the target in `role` (see ROLES), MPA startup done, with CRC if
-    `crc`."""
-    return connect(report, crc) if role == "listen" else accept(ls, report, crc)
+    `crc`; rsiw's MPA frame must carry the IRD/ORD block `ird_ord` (as Responder, IRD 1
+    and ORD 1 when None)."""
+    if role == "listen":
+        return connect(report, crc, ird_ord or IRD_ORD_1_1)
+    return accept(ls, report, crc, ird_ord)
 
 
 def terminate_of(data):
@@ -928,24 +937,7 @@ def test_read_with_ord_0_fails_locally(target, peer, role):
     ERROR (the receive is flushed) without an asynchronous event, no octet of the region
     changes, and no Read Request reaches the peer."""
     report = target(1, "read0", role=role)
-    ird_ord_0 = bytes.fromhex("00010000")  # IRD 1, ORD 0
-    if role == "listen":
-        s = socket.create_connection((ADDR, PORT), timeout=T_IO)
-        s.sendall(mpa_request())
-        report()
-        frame = recv_exact(s, 20)
-        assert frame[:16] == b"MPA ID Rep Frame", frame.hex()
-        assert frame[16] & 0x20 == 0, f"rsiw rejected the MPA Request: {frame.hex()}"
-        pd = recv_exact(s, int.from_bytes(frame[18:20], "big"))
-    else:
-        report()
-        s, _ = peer.accept()
-        s.settimeout(T_IO)
-        frame = recv_exact(s, 20)
-        assert frame[:16] == b"MPA ID Req Frame", frame.hex()
-        pd = recv_exact(s, int.from_bytes(frame[18:20], "big"))
-        s.sendall(mpa_reply())
-    assert pd == ird_ord_0, f"rsiw's IRD/ORD block: {pd.hex()}"
+    s, _ = open_conn(role, report, peer, ird_ord=bytes.fromhex("00010000"))  # IRD 1, ORD 0
     r = report(timeout=T_IO)
     data = recv_all(s)
     s.close()
