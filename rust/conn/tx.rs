@@ -106,7 +106,8 @@ enum HeadAdmit {
 }
 
 impl Conn {
-    /// Sends up to `budget` FPDUs; returns whether it stopped only because of that limit.
+    /// Sends up to `budget` FPDUs; returns whether it stopped at that limit with a message
+    /// started and not sent in full (the caller queues the work item to go on).
     ///
     /// The socket is owned ([`Socket::own`](crate::sys::net::socket::Socket::own)) for
     /// the whole burst: TCP takes the FPDUs without a socket lock round trip each, and
@@ -154,7 +155,7 @@ impl Conn {
                 }
                 continue;
             }
-            if budget == 0 {
+            if budget == 0 && g.job.is_some() {
                 return true;
             }
             if g.job.is_some() && this.terminate_due() {
@@ -177,8 +178,13 @@ impl Conn {
                 if g.job.is_none() {
                     // A local operation (LOCAL_INV, REG_MR) completed, or a local error
                     // made the TERMINATE due.
-                    budget -= 1;
+                    budget = budget.saturating_sub(1);
                     continue;
+                }
+                if budget == 0 {
+                    // The budget is spent and a message is started: the next run (the
+                    // work item) sends it. Nothing started means nothing to queue it for.
+                    return true;
                 }
             }
             budget -= 1;
