@@ -578,7 +578,30 @@ mod suite {
             base: buf.as_ptr() as u64,
         };
         dma_mr_lookup(&t)?;
+        global_rkey(&t)?;
         fast_registration(&t)
+    }
+
+    /// A PD allocated with `IB_PD_UNSAFE_GLOBAL_RKEY`: the core's DMA MR for it grants
+    /// remote read and write over all kernel memory under the PD's global rkey, to that PD
+    /// only, and is gone with the PD.
+    fn global_rkey(t: &MrRig<'_>) -> Checked {
+        let (d, base) = (t.dev.driver(), t.base);
+        check!(t.pd.global_rkey() == 0);
+        let pd = req!(KPd::with_global_rkey(t.dev));
+        let rkey = pd.global_rkey();
+        check!(rkey != 0);
+        let remote = access_bits(Access::RemoteWrite) | access_bits(Access::RemoteRead);
+        let m = req!(d.stags.lookup(rkey, pd.id(), remote, base, 100));
+        check!(m.resolve(base).map(|k| k.addr()) == Some(base));
+        check!(
+            d.stags.lookup(rkey, t.pd.id(), 0, base, 1).err() == Some(TaggedCheck::NotAssociated)
+        );
+        check!(d.stags.invalidate(rkey, pd.id()) == Err(InvalidateCheck::CannotInvalidate));
+        drop(m);
+        drop(pd);
+        check!(d.stags.lookup(rkey, t.pd.id(), 0, base, 1).err() == Some(TaggedCheck::InvalidStag));
+        Ok(())
     }
 
     /// The PD's DMA MR: all kernel memory, local write, not invalidatable.

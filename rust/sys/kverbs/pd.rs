@@ -11,7 +11,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 
-/// A kernel protection domain (`ib_alloc_pd`, without `IB_PD_UNSAFE_GLOBAL_RKEY`).
+/// A kernel protection domain (`ib_alloc_pd`, with or without `IB_PD_UNSAFE_GLOBAL_RKEY`).
 ///
 /// # Invariants
 ///
@@ -28,14 +28,35 @@ impl<'d, T: DeviceOps> KPd<'d, T> {
     ///
     /// The error of `ib_alloc_pd`.
     pub(crate) fn new(dev: &'d KDevice<T>) -> Result<Self> {
+        Self::alloc(dev, 0)
+    }
+
+    /// Allocates a PD with `IB_PD_UNSAFE_GLOBAL_RKEY`: the core's DMA MR for it then grants
+    /// remote read and write over all kernel memory, under [`Self::global_rkey`].
+    ///
+    /// # Errors
+    ///
+    /// The error of `ib_alloc_pd`.
+    pub(crate) fn with_global_rkey(dev: &'d KDevice<T>) -> Result<Self> {
+        Self::alloc(dev, bindings::ib_pd_flags_IB_PD_UNSAFE_GLOBAL_RKEY)
+    }
+
+    fn alloc(dev: &'d KDevice<T>, flags: bindings::ib_pd_flags) -> Result<Self> {
         // SAFETY: a live device; the core returns a PD or an `ERR_PTR`.
         let raw = from_err_ptr(unsafe {
-            bindings::__ib_alloc_pd(dev.as_raw(), 0, CALLER.as_char_ptr())
+            bindings::__ib_alloc_pd(dev.as_raw(), flags, CALLER.as_char_ptr())
         })?;
+        // INVARIANT: the PD the core allocated on `dev`, owned from here.
         Ok(Self {
             raw,
             _d: PhantomData,
         })
+    }
+
+    /// The rkey of the PD's DMA MR with remote rights, 0 without `IB_PD_UNSAFE_GLOBAL_RKEY`.
+    pub(crate) fn global_rkey(&self) -> u32 {
+        // SAFETY: a live PD; the field is set at allocation.
+        unsafe { (*self.raw.as_ptr()).unsafe_global_rkey }
     }
 
     /// The lkey of the PD's DMA MR (all kernel memory, local write).
