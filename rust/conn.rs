@@ -28,8 +28,8 @@
 //! consumers' `post_send` only queue it. A user QP's POST_SEND doorbell sends up to
 //! [`DOORBELL_OCTETS`] of ULPDUs itself, in the consumer's syscall, when the connection is
 //! idle (its mutex free), and queues the work item for the rest; that saves the work
-//! item's wake-up on every short message. While RDMA Reads are outstanding the doorbell only queues the
-//! work item (`Conn::doorbell` says why). One run of the work item first reads what the
+//! item's wake-up on every short message. While RDMA Reads are outstanding the doorbell
+//! only queues the work item (`Conn::doorbell` says why). One run of the work item first reads what the
 //! callback has not (data that came with the MPA frames), then sends FPDUs until the SQ is
 //! empty, the send buffer is full (the write-space callback queues the work again) or a
 //! burst of [`TX_BURST`] FPDUs was sent (the work queues itself again, so one busy
@@ -109,10 +109,9 @@ const DOORBELL_BURST: u32 = 16;
 /// priority where the consumer's thread has its own. On a CPU the consumer's thread shares
 /// with other threads (perftest's server busy-polls its CQ throughout a bandwidth test), a
 /// transfer sent from that thread gets that thread's share of the CPU only: 1 MiB
-/// `ib_write_bw` on one vCPU moved 133 MB/s with the doorbell sending 16 large FPDUs, 258
-/// with it sending two. With one (32 KiB), 64 KiB Writes took one of two levels from run
-/// to run (120 or 185-224 MB/s), as the message's tail went out from the doorbell or from
-/// the work item.
+/// `ib_write_bw` on one vCPU moves 133 MB/s with 16 large FPDUs sent here, 258 with two.
+/// One (32 KiB) would split a 64 KiB Write between doorbell and work item, whose order
+/// then varies from run to run (120 or 185-224 MB/s).
 const DOORBELL_OCTETS: u32 = 64 * 1024;
 
 /// The smallest effective MSS (octets) MULPDU is derived from: RFC 5044 §4.5's MULPDU floor
