@@ -3,7 +3,7 @@
 IBV_SEND_SIGNALED, whose payload rsiw hands to TCP by page reference (`zcopy_tx`).
 
     unsignalled_peer.py server ADDR PORT N SIZE
-    unsignalled_peer.py client ADDR PORT N SIZE
+    unsignalled_peer.py client ADDR PORT N SIZE [signalled]
 
 The server accepts one connection, posts N+1 receives (N for the client's Sends, one for
 its final message) and advertises a buffer of N*SIZE octets (address and rkey) in a Send.
@@ -13,7 +13,9 @@ after "done" arrived (RDMAP orders it after all of them), that every octet of th
 and of every receive is the pattern the client wrote, and reports the first mismatch.
 It answers "good" or "bad!" in a last Send; the client waits for it, so that its buffers
 stay registered and unchanged until the check is over. Both exit 0 only when everything
-arrived intact.
+arrived intact. With `signalled`, the client posts every Write and Send with
+IBV_SEND_SIGNALED and reaps each completion (rsiw copies those payloads: their completion
+hands the buffer back).
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -97,7 +99,7 @@ def server(addr, port, n, size):
     print(f"server: {n} Writes and {n} Sends of {size} octets verified")
 
 
-def client(addr, port, n, size):
+def client(addr, port, n, size, signalled=False):
     ai = AddrInfo(dst=addr, dst_service=str(port), port_space=ce.RDMA_PS_TCP)
     cid = CMID(creator=ai, qp_init_attr=init_attr(n))
     ad = cid.reg_msgs(16)
@@ -115,14 +117,20 @@ def client(addr, port, n, size):
     cid.connect(ConnParam())
     expect("advertisement", cid.get_recv_comp(), e.IBV_WC_RECV)
     raddr, rkey = struct.unpack("<QI4x", ad.read(16, 0))
+    flags = e.IBV_SEND_SIGNALED if signalled else 0
     for i, mr in enumerate(writes):
-        cid.post_write(mr, size, raddr + i * size, rkey, 0)
-    for mr in sends:
-        cid.post_send(mr, 0)
+        cid.post_write(mr, size, raddr + i * size, rkey, flags)
+        if signalled:
+            expect(f"Write {i}", cid.get_send_comp(), e.IBV_WC_RDMA_WRITE)
+    for i, mr in enumerate(sends):
+        cid.post_send(mr, flags)
+        if signalled:
+            expect(f"Send {i}", cid.get_send_comp(), e.IBV_WC_SEND)
     cid.post_send(done, e.IBV_SEND_SIGNALED, 4)
-    # One completion: the signalled Send; the unsignalled WRs before it completed too.
+    # Unsignalled, one completion: the last Send's; the WRs before it completed too.
     expect("done send", cid.get_send_comp(), e.IBV_WC_SEND)
-    print(f"client: {n} unsignalled Writes and {n} Sends of {size} octets posted")
+    kind = "signalled" if signalled else "unsignalled"
+    print(f"client: {n} {kind} Writes and {n} Sends of {size} octets posted")
     expect("verdict", cid.get_recv_comp(), e.IBV_WC_RECV)
     if verdict.read(4, 0) != b"good":
         sys.exit(f"server found the data damaged ({verdict.read(4, 0)!r})")
@@ -131,4 +139,7 @@ def client(addr, port, n, size):
 
 if __name__ == "__main__":
     role, a, p, cnt, sz = sys.argv[1:6]
-    (server if role == "server" else client)(a, int(p), int(cnt), int(sz))
+    if role == "server":
+        server(a, int(p), int(cnt), int(sz))
+    else:
+        client(a, int(p), int(cnt), int(sz), sys.argv[6:7] == ["signalled"])
