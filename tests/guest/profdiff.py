@@ -5,7 +5,9 @@ tests/bench.sh's guest (one vCPU, `-icount shift=0,sleep=off`: the clock counts 
 instructions) runs one workload once per provider under `perf record -a -e cpu-clock -c
 RSIW_PROF_PERIOD` (default 5000 ns, so one sample per 5000 instructions): a perftest
 latency test (RSIW_PROF_TOOL, default ib_send_lat; ib_read_lat and the others, at 8
-octets, event mode, RSIW_PROF_ITERS iterations, default 20000), or with RSIW_PROF_TOOL
+octets, in event mode where the tool has one, RSIW_PROF_ITERS iterations, default 20000;
+ib_write_lat polls, and its iterations then mostly count the pollers' spinning and the
+scheduler's switches between them), or with RSIW_PROF_TOOL
 `ucmatose` `make bench`'s connection setup (`ucmatose -c 20 -C 0`, 20 connections set up
 and torn down in one process, repeated for RSIW_PROF_ITERS connections, default 100). A
 symbol's samples times the period over the iterations is the instructions per iteration
@@ -30,8 +32,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import (ADDR, NET, client_server, load, perftest, result_row, sh,  # noqa: E402
-                   ucmatose, unload)
+from bench import (ADDR, NET, client_server, events, load, perftest, result_row,  # noqa: E402
+                   sh, ucmatose, unload)
 
 TOOL = os.environ.get("RSIW_PROF_TOOL", "ib_send_lat")
 CONNECT = TOOL == "ucmatose"
@@ -58,7 +60,8 @@ def record(mod):
     load(mod)
     try:
         if not CONNECT:
-            out = perftest(TOOL, ["-s", "8", "-n", str(ITERS), "-C", "-e"], wrap=wrap)[0]
+            out = perftest(TOOL, ["-s", "8", "-n", str(ITERS), "-C"] + events(TOOL),
+                           wrap=wrap)[0]
             return report(data, out, mod)
         # Rounds of CONNECTIONS: more at once fail to create their CQs (ENOMEM) with siw.
         syms, offs = collections.Counter(), collections.Counter()
