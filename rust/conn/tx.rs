@@ -155,9 +155,6 @@ impl Conn {
                 }
                 continue;
             }
-            if budget == 0 && g.job.is_some() {
-                return true;
-            }
             if g.job.is_some() && this.terminate_due() {
                 // RFC 5040 §7.1: the TERMINATE goes before the rest of the message. The
                 // session reports the due TERMINATE (`Event::Failed`) before anything
@@ -181,11 +178,11 @@ impl Conn {
                     budget = budget.saturating_sub(1);
                     continue;
                 }
-                if budget == 0 {
-                    // The budget is spent and a message is started: the next run (the
-                    // work item) sends it. Nothing started means nothing to queue it for.
-                    return true;
-                }
+            }
+            if budget == 0 {
+                // The budget is spent with a message started: the next run (the work
+                // item) sends the rest. Nothing started means nothing to queue it for.
+                return true;
             }
             budget -= 1;
             match Self::build_fpdu(this, g) {
