@@ -263,6 +263,32 @@ int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, si
 	return done;
 }
 
+struct page *rsiw_copy_page_alloc(void)
+{
+	return alloc_page(GFP_KERNEL | __GFP_NOWARN);
+}
+
+void rsiw_copy_page_put(struct page *page)
+{
+	put_page(page);
+}
+
+bool rsiw_copy_page_idle(struct page *page)
+{
+	/* Pairs with the fully ordered decrement of put_page() by the last other holder. */
+	return atomic_read_acquire(&page->_refcount) == 1;
+}
+
+void *rsiw_copy_page_address(struct page *page)
+{
+	return page_address(page);
+}
+
+void rsiw_copy_page_get(struct page *page)
+{
+	get_page(page);
+}
+
 int rsiw_sk_state(const struct socket *sock)
 {
 	return READ_ONCE(sock->sk->sk_state);

@@ -95,6 +95,23 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
 int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, size_t len,
 		   bool more, size_t *spliced, bool locked);
 
+/*
+ * Pages rsiw copies outgoing payload into before TCP takes them by reference (a
+ * connection's copy pages, rust/sys/mem/copy_pages.rs).  rsiw_copy_page_alloc() returns
+ * an order-0 page of the linear map with one reference, the caller's, or NULL;
+ * rsiw_copy_page_put() drops that reference.  TCP holds references of its own to the
+ * pages of its socket buffers (MSG_SPLICE_PAGES), and drops them once it no longer reads
+ * them.  rsiw_copy_page_idle() tells whether the caller's is the only reference left,
+ * with acquire order: TCP's reads of the page happen before the caller's next writes.
+ * rsiw_copy_page_address() is the page's kernel address (page_address()).
+ */
+struct page *rsiw_copy_page_alloc(void);
+void rsiw_copy_page_put(struct page *page);
+bool rsiw_copy_page_idle(struct page *page);
+void *rsiw_copy_page_address(struct page *page);
+/* get_page(): a reference as TCP takes one (the KUnit suite rsiw_copy_pages). */
+void rsiw_copy_page_get(struct page *page);
+
 /* sk->sk_state (TCP_*), tcp_sk(sk)->mss_cache. */
 int rsiw_sk_state(const struct socket *sock);
 /* Whether sk->sk_receive_queue holds a buffer (read without the queue's lock). */

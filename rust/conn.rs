@@ -68,6 +68,7 @@ use crate::stag::MrRef;
 use crate::sys::bhlock::{new_spinlock_bh, SpinLockBh};
 use crate::sys::ibdev::{QpRef, ResAttrs};
 use crate::sys::iwcm::{CmEvent, CmEventKind, CmId};
+use crate::sys::mem::copy_pages::CopyPages;
 use crate::sys::net::socket::{tcp_state, SockEvent, SockEvents, SockLock, SockRef, Socket};
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::Live;
@@ -113,6 +114,11 @@ const DOORBELL_BURST: u32 = 16;
 /// One (32 KiB) would split a 64 KiB Write between doorbell and work item, whose order
 /// then varies from run to run (120 or 185-224 MB/s).
 const DOORBELL_OCTETS: u32 = 64 * 1024;
+
+/// The most copy pages a connection holds (4 MiB with 4 KiB pages, the largest send
+/// buffer TCP gives a socket by default): more copied payload in TCP's buffers than that
+/// is copied by TCP itself.
+const COPY_PAGES_MAX: usize = 1024;
 
 /// The smallest effective MSS (octets) MULPDU is derived from: RFC 5044 §4.5's MULPDU floor
 /// of 128 octets plus the FPDU overhead with markers.
@@ -258,6 +264,10 @@ struct Inner {
     fpdu: Option<TxFpdu>,
     /// The buffers of the FPDU being sent, empty between FPDUs.
     bufs: FpduBufs,
+    /// Pages the payload of large copied FPDUs goes through (`tx_fpdu`); held only while
+    /// the connection has something to send, and never released while `fpdu` refers to
+    /// them.
+    copy: CopyPages,
     /// Nothing that arrived before the data-ready callback was attached is left unread
     /// (none did, or the work item read it); from then on the callback reads everything.
     drained: bool,
@@ -471,6 +481,7 @@ impl Conn {
                     job: None,
                     fpdu: None,
                     bufs: FpduBufs::new(),
+                    copy: CopyPages::new(COPY_PAGES_MAX),
                     drained: false,
                     closed: false,
                 }),
@@ -685,6 +696,7 @@ impl Conn {
         g.job = None;
         g.fpdu = None;
         g.bufs.clear();
+        g.copy.release();
         drop(qp);
         drop(rx_qp);
     }

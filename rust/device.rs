@@ -57,6 +57,9 @@ pub(crate) enum Stat {
     /// ULPDU payload octets handed to TCP by page reference instead of copied
     /// (the device's `zcopy_tx` setting).
     TxSplicedOctets,
+    /// ULPDU payload octets copied into the connection's copy pages, which TCP takes by
+    /// reference (signalled WRs and Read Responses in FPDUs of 8 KiB or more).
+    TxCopyPageOctets,
     /// Complete FPDUs received (CRC checked where negotiated).
     RxFpdus,
     /// Octets read from the sockets after MPA startup.
@@ -91,7 +94,7 @@ pub(crate) enum Stat {
     MpaTimeouts,
 }
 
-const STAT_COUNT: usize = 19;
+const STAT_COUNT: usize = 20;
 
 /// A device's port counters, indexed by [`Stat`]. Connection endpoints hold their own
 /// reference (`Arc`): a connection attempt can end a little after its device is gone.
@@ -231,6 +234,7 @@ impl DeviceOps for Device {
         stat_desc(c"tx_fpdus"),
         stat_desc(c"tx_octets"),
         stat_desc(c"tx_spliced_octets"),
+        stat_desc(c"tx_copy_page_octets"),
         stat_desc(c"rx_fpdus"),
         stat_desc(c"rx_octets"),
         stat_desc(c"terminate_sent"),

@@ -4,7 +4,7 @@
 //! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP ([`TxFpdu`]),
 //! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
 
-use super::tx_fpdu::{BuildError, FpduSink, Source, TxFpdu};
+use super::tx_fpdu::{BuildError, FpduSink, SendMode, Source, TxFpdu, COPY_PAGES_MIN};
 use super::{Conn, Inner, Reason, ResolvedSge, SgeList};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::device::{Device, Stat};
@@ -124,6 +124,11 @@ impl Conn {
         // Closing inside the burst released the socket already.
         if let Some(s) = g.sock.as_mut() {
             s.disown();
+        }
+        if g.job.is_none() && g.fpdu.is_none() {
+            // Nothing to send for now: an idle connection holds no copy pages (TCP keeps
+            // those it still reads).
+            g.copy.release();
         }
         more
     }
@@ -568,17 +573,36 @@ impl Conn {
             g.tx.next_fpdu_len()
                 .map_err(|_| BuildError::Local(EINVAL))?;
         g.bufs.clear();
-        let mut sink =
-            FpduSink::new(&mut g.bufs, payload, 128.min(cap), source).map_err(BuildError::Local)?;
+        // Copied payload of a large FPDU goes through the copy pages, if they have room
+        // (`crate::conn::tx_fpdu`); otherwise TCP copies it.
+        let paged = !zcopy
+            && cap >= COPY_PAGES_MIN
+            && matches!(payload, Payload::Pieces { .. })
+            && g.copy.reserve(cap).unwrap_or(false);
+        let mode = match (zcopy, paged) {
+            (true, _) => SendMode::Spliced,
+            (false, true) => SendMode::CopyPages,
+            (false, false) => SendMode::Copied,
+        };
+        let pages = paged.then_some(&mut g.copy);
+        let mut sink = FpduSink::new(&mut g.bufs, payload, 128.min(cap), source, pages)
+            .map_err(BuildError::Local)?;
         let built = g.tx.next_fpdu(&mut sink);
         let r = sink.finish();
         let info: FpduInfo = match (built, r) {
-            (Ok(info), Ok(())) => info,
+            (Ok(info), Ok(paged)) => {
+                if paged != 0 {
+                    if let Some(qp) = g.qp.as_ref() {
+                        qp.device().count(Stat::TxCopyPageOctets, paged as u64);
+                    }
+                }
+                info
+            }
             (_, Err(e)) => {
                 g.bufs.clear();
                 return Err(e);
             }
-            (Err(_), Ok(())) => {
+            (Err(_), Ok(_)) => {
                 g.bufs.clear();
                 return Err(BuildError::Local(EINVAL));
             }
@@ -587,7 +611,7 @@ impl Conn {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().session.read_response_sent();
         }
-        g.fpdu = Some(TxFpdu::new(info.wire_len, info.last, zcopy));
+        g.fpdu = Some(TxFpdu::new(info.wire_len, info.last, mode));
         Ok(())
     }
 }

@@ -5,8 +5,14 @@
 //! when small, copied next to them), and handed to TCP ([`TxFpdu`]), copied or by page
 //! reference.
 //!
-//! A Read Response's payload is copied into the FPDU's own octets under an [`InUse`]
-//! guard of its Data Source, taken per FPDU after checking the STag again ([`Source`]):
+//! Payload that must be copied (a signalled WR's, a Read Response's) goes into the
+//! connection's copy pages when the FPDU is large ([`COPY_PAGES_MIN`]) and the pages TCP
+//! let go of leave room, and TCP takes those pages by reference: one copy, and no page
+//! TCP allocates and zeroes for it. Otherwise TCP copies it (a Read Response's from the
+//! FPDU's own octets).
+//!
+//! A Read Response's payload is copied into the FPDU's own octets or the copy pages under
+//! an [`InUse`] guard of its Data Source, taken per FPDU after checking the STag again ([`Source`]):
 //! the Data Source is the peer's choice, and the consumer may take it back (invalidate or
 //! deregister it) while a Response streams out of it, so no octet may be read from it
 //! after that returned, even by TCP later. The guard lives for the copy only, with
@@ -18,6 +24,7 @@ use crate::engine::rx_shell::{Access, TaggedCheck};
 use crate::engine::stream::TxSink;
 use crate::stag::{access_bits, InUse, MrRef};
 use crate::sys::bhlock::BhOff;
+use crate::sys::mem::copy_pages::CopyPages;
 use crate::sys::mem::kmem::{crc32c_kva, extend_bytes, extend_from_kva, IoList, IoVecBuf, Kva};
 use crate::sys::net::socket::Socket;
 use crate::sys::obj::PdId;
@@ -30,8 +37,19 @@ pub(super) struct TxFpdu {
     len: usize,
     sent: usize,
     last: bool,
-    /// Payload pages go to TCP by reference (the connection's `zcopy_tx` setting), not copied.
-    zcopy: bool,
+    /// How TCP takes the payload.
+    mode: SendMode,
+}
+
+/// How an FPDU's payload goes to TCP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum SendMode {
+    /// Copied by TCP (from the FPDU's own octets or from registered memory).
+    Copied,
+    /// The consumer's pages by reference (the connection's `zcopy_tx` setting).
+    Spliced,
+    /// Copied into the connection's copy pages, which TCP takes by reference.
+    CopyPages,
 }
 
 /// The buffers of one FPDU. A connection keeps one set ([`super::Inner::bufs`]), emptied
@@ -113,13 +131,16 @@ impl FpduBufs {
         to: u64,
         len: u64,
         mut crc: Option<&mut u32>,
+        mut pages: Option<&mut CopyPages>,
     ) -> Result<(), BuildError> {
         let n = usize::try_from(len).map_err(|_| BuildError::Local(EINVAL))?;
-        self.own
-            .reserve(n, GFP_KERNEL)
-            .map_err(|e| BuildError::Local(e.into()))?;
+        if pages.is_none() {
+            self.own
+                .reserve(n, GFP_KERNEL)
+                .map_err(|e| BuildError::Local(e.into()))?;
+        }
         self.parts
-            .reserve(1, GFP_KERNEL)
+            .reserve(paged_parts(n), GFP_KERNEL)
             .map_err(|e| BuildError::Local(e.into()))?;
         let _bh = BhOff::new();
         let access = access_bits(Access::RemoteRead);
@@ -130,9 +151,49 @@ impl FpduBufs {
             let seg = mr.resolve(to + done).ok_or(BuildError::Local(EFAULT))?;
             let piece = seg.prefix(len - done);
             // Within the room made above: no allocation.
-            self.push_copy(&piece, crc.as_deref_mut())
-                .map_err(BuildError::Local)?;
+            match pages.as_deref_mut() {
+                Some(p) => self.push_paged(p, &piece, crc.as_deref_mut()),
+                None => self.push_copy(&piece, crc.as_deref_mut()),
+            }
+            .map_err(BuildError::Local)?;
             done += piece.len();
+        }
+        Ok(())
+    }
+
+    /// Copies `range` into `pages` (room made by [`CopyPages::reserve`]) and appends the
+    /// copy to the FPDU, folding it into `crc`. The parts it adds need no allocation if
+    /// room for [`paged_parts`] of the FPDU's copy-page octets was made.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if the pages or the parts have too little room.
+    fn push_paged(
+        &mut self,
+        pages: &mut CopyPages,
+        range: &Kva,
+        mut crc: Option<&mut u32>,
+    ) -> Result {
+        let parts = &mut self.parts;
+        let mut full = false;
+        pages.copy(range, |k| {
+            if let Some(c) = crc.as_deref_mut() {
+                *c = crc32c_kva(*c, &k);
+            }
+            // A piece that goes on where the last one ended joins it: the pieces of one
+            // FPDU then number no more than the pages they lie in.
+            if let Some(Part::Mem(last)) = parts.last_mut() {
+                if let Some(joined) = last.join(&k) {
+                    *last = joined;
+                    return;
+                }
+            }
+            if parts.push_within_capacity(Part::Mem(k)).is_err() {
+                full = true;
+            }
+        })?;
+        if full {
+            return Err(ENOSPC);
         }
         Ok(())
     }
@@ -145,13 +206,13 @@ enum Part {
 
 impl TxFpdu {
     /// An FPDU of `len` octets on the wire, nothing of it sent yet; `last` if it ends its
-    /// message, `zcopy` if its payload pages go to TCP by reference.
-    pub(super) fn new(len: usize, last: bool, zcopy: bool) -> Self {
+    /// message; `mode` says how TCP takes its payload.
+    pub(super) fn new(len: usize, last: bool, mode: SendMode) -> Self {
         Self {
             len,
             sent: 0,
             last,
-            zcopy,
+            mode,
         }
     }
 
@@ -166,18 +227,19 @@ impl TxFpdu {
     }
 
     /// Sends what is left of the FPDU, collected in `bufs`, spliced or copied as it was
-    /// built for; adds the octets TCP took by reference to `spliced`. Returns `Ok(true)`
-    /// once all of it is queued, `Ok(false)` when the send buffer is full.
+    /// built for; adds the octets of the consumer's memory TCP took by reference to
+    /// `spliced` (copy pages are not counted). Returns `Ok(true)` once all of it is
+    /// queued, `Ok(false)` when the send buffer is full.
     pub(super) fn push(
         &mut self,
         bufs: &mut FpduBufs,
         sock: &mut Socket,
         spliced: &mut usize,
     ) -> Result<bool> {
-        if self.zcopy {
-            self.push_spliced(bufs, sock, spliced)
-        } else {
-            self.push_copied(bufs, sock)
+        match self.mode {
+            SendMode::Spliced => self.push_spliced(bufs, sock, spliced),
+            SendMode::CopyPages => self.push_spliced(bufs, sock, &mut 0),
+            SendMode::Copied => self.push_copied(bufs, sock),
         }
     }
 
@@ -276,6 +338,18 @@ impl TxFpdu {
 /// buffer, which costs less than gathering a few octets from registered memory.
 const COPY_MAX: usize = 64;
 
+/// The shortest FPDU (octets on the wire) whose copied payload goes through the copy
+/// pages. A shorter one goes to TCP in one copying `sendmsg` call, which costs less than
+/// the three calls (header, pages, trailer) of a spliced FPDU; FPDUs of one TCP segment
+/// are always shorter.
+pub(super) const COPY_PAGES_MIN: usize = 8192;
+
+/// The parts at most that `n` octets copied into copy pages add to an FPDU: one per page
+/// they lie in ([`FpduBufs::push_paged`] joins the pieces of one page).
+fn paged_parts(n: usize) -> usize {
+    n / kernel::page::PAGE_SIZE + 2
+}
+
 /// Where a payload comes from when the peer chose it: a Read Response's Data Source,
 /// read under a guard taken per FPDU after checking the STag again (the module
 /// documentation).
@@ -301,33 +375,42 @@ pub(super) struct FpduSink<'a> {
     bufs: &'a mut FpduBufs,
     payload: &'a mut Payload,
     source: Option<Source>,
+    /// Where the payload is copied to, if it goes through copy pages.
+    pages: Option<&'a mut CopyPages>,
+    /// Payload octets copied into `pages`.
+    paged: usize,
     err: Option<BuildError>,
 }
 
 impl<'a> FpduSink<'a> {
     /// Collects into `bufs` (empty, grown to hold `reserve` octets of its own at least) an
     /// FPDU whose payload comes from `payload`, checked and guarded per FPDU if the peer
-    /// chose it (`source`).
+    /// chose it (`source`), copied into `pages` if given (with room made for the whole
+    /// payload: [`CopyPages::reserve`]), else copied or referenced as its size says.
     pub(super) fn new(
         bufs: &'a mut FpduBufs,
         payload: &'a mut Payload,
         reserve: usize,
         source: Option<Source>,
+        pages: Option<&'a mut CopyPages>,
     ) -> Result<Self> {
         bufs.own.reserve(reserve, GFP_KERNEL)?;
         Ok(Self {
             bufs,
             payload,
             source,
+            pages,
+            paged: 0,
             err: None,
         })
     }
 
-    /// The first error collecting the FPDU met, if any.
-    pub(super) fn finish(self) -> Result<(), BuildError> {
+    /// The payload octets copied into copy pages, or the first error collecting the FPDU
+    /// met.
+    pub(super) fn finish(self) -> Result<usize, BuildError> {
         match self.err {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(self.paged),
         }
     }
 
@@ -363,8 +446,17 @@ impl<'a> FpduSink<'a> {
                     if let Some(src) = &self.source {
                         // The whole range this FPDU reads from the piece, at once.
                         let n = left.min(len as u64);
-                        self.bufs
-                            .push_guarded(src, &p.mr, at, n, crc.as_deref_mut())?;
+                        self.bufs.push_guarded(
+                            src,
+                            &p.mr,
+                            at,
+                            n,
+                            crc.as_deref_mut(),
+                            self.pages.as_deref_mut(),
+                        )?;
+                        if self.pages.is_some() {
+                            self.paged += n as usize;
+                        }
                         *off += n as u32;
                         len -= n as usize;
                         if *off == p.len {
@@ -376,7 +468,16 @@ impl<'a> FpduSink<'a> {
                     let seg = p.mr.resolve(at).ok_or(BuildError::Local(EFAULT))?;
                     let n = seg.len().min(left).min(len as u64);
                     let piece = seg.prefix(n);
-                    if copy {
+                    if let Some(pages) = self.pages.as_deref_mut() {
+                        self.bufs
+                            .parts
+                            .reserve(paged_parts(n as usize), GFP_KERNEL)
+                            .map_err(|e| BuildError::Local(e.into()))?;
+                        self.bufs
+                            .push_paged(pages, &piece, crc.as_deref_mut())
+                            .map_err(BuildError::Local)?;
+                        self.paged += n as usize;
+                    } else if copy {
                         self.bufs
                             .push_copy(&piece, crc.as_deref_mut())
                             .map_err(BuildError::Local)?;

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import KUNIT_NONE, dmesg_mark, dmesg_since, kunit_filter, load_rsiw, unload_rsiw
 
-SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs", "rsiw_iwcm"]
+SUITES = ["rsiw_crc32c", "rsiw_verbs", "rsiw_kverbs", "rsiw_iwcm", "rsiw_copy_pages"]
 VECTOR_CASE = "completion_handler_runs_on_the_vectors_cpu"
 """The case of rsiw_kverbs (rust/kverbs_test.rs) that arms a kernel CQ on each online CPU's
 vector, completes a Send from its own thread and checks the CPU its completion handler

@@ -758,7 +758,8 @@ def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
     rping -S 65000 (the server's RDMA Read of the client's 65000-octet buffer comes back as
     Read Responses of 16 pages, copied under zcopy_tx too), and unsignalled_peer.py (16 unsignalled RDMA Writes and
     16 unsignalled Sends of 64 KiB, each from its own MR, checked octet by octet); then
-    the same WRs signalled, which are copied whatever zcopy_tx says."""
+    the same WRs signalled, which are copied whatever zcopy_tx says (into rsiw's copy
+    pages: the FPDUs are large), each buffer overwritten as soon as its WR completed."""
     if STANDIN and params:
         pytest.skip("siw stand-in has no module parameters: this run would repeat 'zcopy'")
     addr = loop_dev(params)
@@ -790,14 +791,20 @@ def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
 
 def check_copied(before, after):
     """Across a run of signalled WRs only (32 of 64 KiB), whose completion hands the buffer
-    back to the consumer: their payload went to TCP, none of it by page reference
-    (Documentation/rsiw.rst, *Zero-copy transmit*)."""
+    back to the consumer: their payload went to TCP, none of the consumer's pages by
+    reference, and the large FPDUs' payload (the first FPDU of each message, 64768
+    octets of MULPDU less the header) through the copy pages (Documentation/rsiw.rst,
+    *Zero-copy transmit*)."""
     sent = after["tx_octets"] - before["tx_octets"]
     spliced = after["tx_spliced_octets"] - before["tx_spliced_octets"]
+    paged = after["tx_copy_page_octets"] - before["tx_copy_page_octets"]
     if sent < 32 * 65536:
         return [f"signalled WRs: tx_octets grew by {sent}, want >= {32 * 65536}: {after}"]
     if spliced != 0:
         return [f"signalled WRs: {spliced} octets spliced, want 0 (copied): {after}"]
+    if not 32 * 64000 <= paged <= 32 * 65536:
+        return [f"signalled WRs: {paged} octets through copy pages, want 32 large FPDUs' "
+                f"payload (32 x 64000 to 32 x 65536): {after}"]
     return []
 
 

@@ -14,8 +14,10 @@ and of every receive is the pattern the client wrote, and reports the first mism
 It answers "good" or "bad!" in a last Send; the client waits for it, so that its buffers
 stay registered and unchanged until the check is over. Both exit 0 only when everything
 arrived intact. With `signalled`, the client posts every Write and Send with
-IBV_SEND_SIGNALED and reaps each completion (rsiw copies those payloads: their completion
-hands the buffer back).
+IBV_SEND_SIGNALED, reaps each completion and at once overwrites the WR's buffer with
+another pattern: a completion hands the buffer back to the consumer, so rsiw copies
+those payloads (into its copy pages for FPDUs of 8 KiB or more), and the peer must still
+see what the buffer held when the WR was posted.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -122,10 +124,12 @@ def client(addr, port, n, size, signalled=False):
         cid.post_write(mr, size, raddr + i * size, rkey, flags)
         if signalled:
             expect(f"Write {i}", cid.get_send_comp(), e.IBV_WC_RDMA_WRITE)
+            mr.write(pattern(200 + i, size), size)
     for i, mr in enumerate(sends):
         cid.post_send(mr, flags)
         if signalled:
             expect(f"Send {i}", cid.get_send_comp(), e.IBV_WC_SEND)
+            mr.write(pattern(2000 + i, size), size)
     cid.post_send(done, e.IBV_SEND_SIGNALED, 4)
     # Unsignalled, one completion: the last Send's; the WRs before it completed too.
     expect("done send", cid.get_send_comp(), e.IBV_WC_SEND)

@@ -57,6 +57,20 @@ impl Kva {
         }
     }
 
+    /// The range of `self` followed by `next`, if `next` starts where `self` ends; both
+    /// must stay valid while the joined range is used, as each did.
+    pub(crate) fn join(&self, next: &Kva) -> Option<Self> {
+        if self.kva.checked_add(self.len)? != next.kva {
+            return None;
+        }
+        // INVARIANT: every octet lies in one of two valid ranges, whose holders the caller
+        // keeps.
+        Some(Self {
+            kva: self.kva,
+            len: self.len.checked_add(next.len)?,
+        })
+    }
+
     /// The range without its first `n` octets (empty if `n` is at least the length).
     pub(crate) fn skip(&self, n: u64) -> Self {
         let n = n.min(self.len);
