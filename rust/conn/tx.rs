@@ -12,7 +12,6 @@ use crate::engine::ddp_tx::{DdpTx, FpduInfo, Message};
 use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::Access;
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
-use crate::limits::MAX_INLINE;
 use crate::logtag::Tag;
 use crate::qp::{Qp, READ_FENCE, SIGNALLED, SOLICITED};
 use crate::stag::access_bits;
@@ -21,7 +20,7 @@ use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::rdmap::{RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
-use crate::wqe::SendWqe;
+use crate::wqe::{InlineData, SendWqe};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -29,9 +28,9 @@ use kernel::sync::Arc;
 /// The payload of the message being sent.
 pub(super) enum Payload {
     None,
+    /// Inline data, of which `off` octets were sent.
     Inline {
-        buf: [u8; MAX_INLINE as usize],
-        len: usize,
+        data: InlineData,
         off: usize,
     },
     Pieces {
@@ -42,17 +41,6 @@ pub(super) enum Payload {
 }
 
 impl Payload {
-    /// A copy of the inline data `data` (at most [`MAX_INLINE`] octets).
-    fn inline(data: &[u8]) -> Self {
-        let mut buf = [0u8; MAX_INLINE as usize];
-        buf[..data.len()].copy_from_slice(data);
-        Payload::Inline {
-            buf,
-            len: data.len(),
-            off: 0,
-        }
-    }
-
     /// Makes this payload an empty SGE list, in place (a job's payload is filled where it
     /// stays), and returns the list (always `Some`).
     fn set_pieces(&mut self) -> Option<&mut SgeList> {
@@ -71,7 +59,7 @@ impl Payload {
     fn total_len(&self) -> u32 {
         match self {
             Payload::None => 0,
-            Payload::Inline { len, .. } => *len as u32,
+            Payload::Inline { data, .. } => data.as_slice().len() as u32,
             Payload::Pieces { list, .. } => list.iter().fold(0u32, |a, p| a.saturating_add(p.len)),
         }
     }
@@ -259,36 +247,31 @@ impl Conn {
 
     /// The last FPDU of the current message is queued: complete what it completes.
     fn finish_job(this: &Conn, g: &mut Inner) {
-        let Some((kind, _)) = g.job.take() else {
+        // Looked at and dropped in place: a job is a few hundred octets, and moving it out
+        // is a block copy per message.
+        let Some((kind, payload)) = g.job.as_ref() else {
             return;
         };
+        let terminate = matches!(kind, JobKind::Terminate);
+        if let (JobKind::Sqe(w), Some(qp)) = (kind, g.qp.as_ref()) {
+            Qp::complete_send(qp.qp(), w, WcStatus::Success, payload.total_len());
+        }
+        g.job = None;
         let Some(qp) = g.qp.as_ref() else { return };
-        match kind {
-            JobKind::Sqe(w) => {
-                let len = w.sges().iter().fold(0u32, |a, s| a.wrapping_add(s.length));
-                let len = if w.sges().is_empty() {
-                    w.inline_data().map_or(0, |d| d.as_slice().len() as u32)
-                } else {
-                    len
-                };
-                Qp::complete_send(qp.qp(), &w, WcStatus::Success, len);
-            }
-            JobKind::Read | JobKind::ReadResponse { .. } | JobKind::Rtr => {}
-            JobKind::Terminate => {
-                let cause = {
-                    let mut rx = this.rx.lock();
-                    rx.session.terminate_sent();
-                    match rx.session.state() {
-                        SessionState::Closed(c) => c.local_cause(),
-                        _ => None,
-                    }
-                };
-                match cause {
-                    Some(c) => qp.device().count_terminate(c.layer, true),
-                    None => qp.device().count(Stat::TerminateSent, 1),
+        if terminate {
+            let cause = {
+                let mut rx = this.rx.lock();
+                rx.session.terminate_sent();
+                match rx.session.state() {
+                    SessionState::Closed(c) => c.local_cause(),
+                    _ => None,
                 }
-                Self::sync_session(this, g);
+            };
+            match cause {
+                Some(c) => qp.device().count_terminate(c.layer, true),
+                None => qp.device().count(Stat::TerminateSent, 1),
             }
+            Self::sync_session(this, g);
         }
     }
 
@@ -536,7 +519,7 @@ impl Conn {
     ) -> Result<(), WcStatus> {
         let (_, payload) = job.insert((JobKind::Sqe(*w), Payload::None));
         match w.inline_data() {
-            Some(d) => *payload = Payload::inline(d.as_slice()),
+            Some(data) => *payload = Payload::Inline { data, off: 0 },
             None => {
                 if let Some(list) = payload.set_pieces() {
                     local_pieces(list, pd, qp, w)?;

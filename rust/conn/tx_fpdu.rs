@@ -421,16 +421,12 @@ impl<'a> FpduSink<'a> {
     ) -> Result<(), BuildError> {
         match self.payload {
             Payload::None => Err(BuildError::Local(EINVAL)),
-            Payload::Inline {
-                buf,
-                len: total,
-                off,
-            } => {
-                let end = off
-                    .checked_add(len)
-                    .filter(|e| e <= total)
+            Payload::Inline { data, off } => {
+                let end = off.checked_add(len).ok_or(BuildError::Local(EINVAL))?;
+                let data = data
+                    .as_slice()
+                    .get(*off..end)
                     .ok_or(BuildError::Local(EINVAL))?;
-                let data = buf.get(*off..end).ok_or(BuildError::Local(EINVAL))?;
                 *off = end;
                 if let Some(c) = crc {
                     *c = crate::sys::crc32c(*c, data);
