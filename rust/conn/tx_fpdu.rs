@@ -12,10 +12,10 @@
 //! FPDU's own octets).
 //!
 //! A Read Response's payload is copied into the FPDU's own octets or the copy pages under
-//! an [`InUse`] guard of its Data Source, taken per FPDU after checking the STag again ([`Source`]):
-//! the Data Source is the peer's choice, and the consumer may take it back (invalidate or
-//! deregister it) while a Response streams out of it, so no octet may be read from it
-//! after that returned, even by TCP later. The guard lives for the copy only, with
+//! an [`InUse`] guard of its Data Source, taken per FPDU after checking the STag again
+//! ([`Source`]): the Data Source is the peer's choice, and the consumer may take it back
+//! (invalidate or deregister it) while a Response streams out of it, so no octet may be
+//! read from it after that returned, even by TCP later. The guard lives for the copy only, with
 //! softirqs off: an invalidation spins until the guards of its region are gone, and the
 //! receive path of any connection may invalidate from softirq on this CPU.
 
@@ -116,9 +116,10 @@ impl FpduBufs {
     }
 
     /// Appends `len` octets of `mr` from tagged offset `to`, read from `source`, to the
-    /// FPDU's own octets, folding them into `crc`: under a guard of the region, taken
-    /// after `source`'s checks passed for the whole range, with softirqs off (the module
-    /// documentation). Room is made first, so nothing allocates under the guard.
+    /// FPDU's own octets, or copied into `pages` if given (room made for them by
+    /// [`CopyPages::reserve`]), folding them into `crc`: under a guard of the region,
+    /// taken after `source`'s checks passed for the whole range, with softirqs off (the
+    /// module documentation). Room is made first, so nothing allocates under the guard.
     ///
     /// # Errors
     ///
