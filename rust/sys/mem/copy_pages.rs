@@ -142,13 +142,12 @@ impl CopyPages {
             // SAFETY: a page this object holds, in the linear map (invariant).
             let base = unsafe { b::rsiw_copy_page_address(self.pages[self.cur].as_ptr()) };
             let dst = base.cast::<u8>().wrapping_add(self.off).cast::<c_void>();
-            // SAFETY: `dst` is `n` octets of the page after `off`, which nothing else reads
-            // (invariant); `src` is mapped memory of at least `left` octets (`Kva`'s
-            // invariant) and not this page, which only this object hands out.
+            // SAFETY: `dst`: `n` octets after `off` that nothing else reads (invariant);
+            // `from`: `left` mapped octets of `src` (`Kva`), not in this object's pages.
             unsafe { b::rsiw_copy_kva(dst, from, n) };
-            // SAFETY: the page stays mapped while this object holds it, as the caller is
-            // told; TCP takes references of its own before it drops this one.
-            piece(unsafe { Kva::new(dst as usize as u64, n as u64) });
+            // SAFETY: mapped while this object holds the page, as the caller is told.
+            let copied = unsafe { Kva::new(dst as usize as u64, n as u64) };
+            piece(copied);
             // INVARIANT: the octets handed out end at the new `off`.
             self.off += n;
             from = from.wrapping_byte_add(n);
