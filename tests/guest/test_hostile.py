@@ -1220,12 +1220,16 @@ def test_read_response_stops_where_its_source_is_taken_back(target, peer, role):
     deregistration returned: no octet read from the memory after that reaches the peer
     (with TCP taking the Response's pages by reference, or the region read after one
     lookup, the rest of the 8 MiB came, TAKEN_BACK). One TERMINATE follows, RDMAP
-    remote protection, invalid STag (RFC 5040 §7.2), and the connection closes. `make
-    check` runs rsiw as Responder, `make soak` both roles."""
+    remote protection, invalid STag (RFC 5040 §7.2), and the connection closes. The
+    path's MSS is loopback's, so the Response's FPDUs are large and their payload goes
+    through rsiw's copy pages, which TCP holds by reference: they must hold the octets
+    copied under the guard, never the memory after it was taken back. `make check` runs
+    rsiw as Responder, `make soak` both roles."""
     s, _ = stall_a_big_read(target, peer, role, "takeback")
     # Read until the Response is whole, something else follows it, its payload stops
     # being the MR's, or rsiw closes; FPDUs are counted as they come (8 MiB of them).
     data, pos, payload, after, closed = bytearray(), 0, 0, 0, False
+    longest = 0
     want = (BIG_PATTERN * (BIG_LEN // len(BIG_PATTERN) + 1))[:BIG_LEN]
     intact = True
     while not closed and not after and payload < BIG_LEN and intact:
@@ -1246,6 +1250,7 @@ def test_read_response_stops_where_its_source_is_taken_back(target, peer, role):
                 after += 1
                 break
             n = ulen - 14
+            longest = max(longest, n)
             intact = intact and data[pos + 16:pos + 16 + n] == want[payload:payload + n]
             payload, pos = payload + n, pos + total
     if not closed:
@@ -1265,6 +1270,8 @@ def test_read_response_stops_where_its_source_is_taken_back(target, peer, role):
     assert at is None, f"the Read Response's payload is not the MR's octets in order " \
         f"({len(got)} octets, from offset {at}; {taken} runs of 64 TAKEN_BACK octets)"
     assert len(got) < BIG_LEN, "the whole Response came from the deregistered memory"
+    # FPDUs of 8 KiB or more go through the copy pages (rust/conn/tx_fpdu.rs).
+    assert longest >= 8192, f"no Read Response FPDU of 8 KiB or more (longest {longest})"
     assert len(after) == 1, f"{len(after)} FPDUs after the Read Response: " \
         f"{[f[:24].hex() for f in after]}"
     # Found at the Responder's side, after the Request: no header to echo.
