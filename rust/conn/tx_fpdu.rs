@@ -15,9 +15,9 @@
 //! an [`InUse`] guard of its Data Source, taken per FPDU after checking the STag again
 //! ([`Source`]): the Data Source is the peer's choice, and the consumer may take it back
 //! (invalidate or deregister it) while a Response streams out of it, so no octet may be
-//! read from it after that returned, even by TCP later. The guard lives for the copy only, with
-//! softirqs off: an invalidation spins until the guards of its region are gone, and the
-//! receive path of any connection may invalidate from softirq on this CPU.
+//! read from it after that returned, even by TCP later. The guard lives for the copy
+//! only, with softirqs off: an invalidation spins until the guards of its region are
+//! gone, and the receive path of any connection may invalidate from softirq on this CPU.
 
 use super::tx::Payload;
 use crate::engine::rx_shell::{Access, TaggedCheck};

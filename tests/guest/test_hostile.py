@@ -1271,7 +1271,7 @@ def test_read_response_stops_where_its_source_is_taken_back(target, peer, role):
         f"({len(got)} octets, from offset {at}; {taken} runs of 64 TAKEN_BACK octets)"
     assert len(got) < BIG_LEN, "the whole Response came from the deregistered memory"
     # FPDUs of 8 KiB or more go through the copy pages (rust/conn/tx_fpdu.rs).
-    assert longest >= 8192, f"no Read Response FPDU of 8 KiB or more (longest {longest})"
+    assert longest >= 8192, f"no Read Response FPDU of 8 KiB or more (longest payload {longest})"
     assert len(after) == 1, f"{len(after)} FPDUs after the Read Response: " \
         f"{[f[:24].hex() for f in after]}"
     # Found at the Responder's side, after the Request: no header to echo.
