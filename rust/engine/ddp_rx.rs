@@ -116,8 +116,8 @@ const QUEUES: usize = 4;
 enum Verdict {
     /// Still collecting the header.
     Open,
-    /// Accepted: header and payload length (octets).
-    Accepted(UlpduHeader, u16),
+    /// Accepted, with this payload length (octets); the header is [`DdpRx::parsed`].
+    Accepted(u16),
     /// Rejected with this cause.
     Fault(TermCause),
     /// Carries opcode 7 (with our DV and RV) but did not decode.
@@ -174,7 +174,8 @@ pub struct DdpRx<S: Store = Fixed> {
     got: usize,
     need: usize,
     verdict: Verdict,
-    /// The parsed header, also when validation rejected it (for the R echo).
+    /// The parsed header, also when validation rejected it (for the R echo); `Some`
+    /// whenever `verdict` is [`Verdict::Accepted`].
     parsed: Option<UlpduHeader>,
     placed: u16,
     // The stream.
@@ -438,7 +439,7 @@ impl<S: Store> DdpRx<S> {
                 };
                 match self.validate(mem, &h, payload) {
                     Ok(()) => {
-                        self.verdict = Verdict::Accepted(h, payload);
+                        self.verdict = Verdict::Accepted(payload);
                         self.phase = if payload > 0 && h.opcode.carries_payload() {
                             Phase::Payload
                         } else {
@@ -580,8 +581,8 @@ impl<S: Store> DdpRx<S> {
     }
 
     fn place<R: RxStream>(&mut self, s: &mut R) {
-        let (h, payload) = match self.verdict {
-            Verdict::Accepted(h, p) => (h, p),
+        let (payload, placement, opcode) = match (self.verdict, &self.parsed) {
+            (Verdict::Accepted(p), Some(h)) => (p, h.placement, h.opcode),
             _ => {
                 self.phase = Phase::Skip;
                 return;
@@ -596,12 +597,12 @@ impl<S: Store> DdpRx<S> {
         // n <= left <= u16::MAX.
         let n16 = u16::try_from(n).unwrap_or(0);
         let off = self.placed;
-        let target = match h.placement {
+        let target = match placement {
             // validate(): to + payload does not wrap, mo + payload fits 32 bits.
             Placement::Tagged { stag, to } => PlaceTarget::Tagged {
                 stag,
                 to: to.wrapping_add(u64::from(off)),
-                access: tagged_access(h.opcode),
+                access: tagged_access(opcode),
             },
             Placement::Untagged { qn, msn, mo } => PlaceTarget::Untagged {
                 qn,
@@ -670,11 +671,18 @@ impl<S: Store> DdpRx<S> {
                 events.terminate_received(None);
                 Err(Stop::PeerTerminated)
             }
-            Verdict::Accepted(h, payload) => match self.deliver(events, &h, payload) {
-                Ok(()) => Ok(()),
-                Err(Some(cause)) => Err(self.terminate(cause)),
-                Err(None) => Err(Stop::PeerTerminated),
-            },
+            Verdict::Accepted(payload) => {
+                let delivered = match self.parsed {
+                    Some(h) => self.deliver(events, &h, payload),
+                    // Not reached: `decide` set the header with the verdict.
+                    None => Err(Some(TermCause::ddp(DdpError::LocalCatastrophic))),
+                };
+                match delivered {
+                    Ok(()) => Ok(()),
+                    Err(Some(cause)) => Err(self.terminate(cause)),
+                    Err(None) => Err(Stop::PeerTerminated),
+                }
+            }
         }
     }
 
