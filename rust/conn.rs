@@ -728,7 +728,7 @@ impl Conn {
     fn flush_held(
         g: &mut Inner,
         qp: &QpRef<Device>,
-        mut reads: KVec<crate::wqe::SendWqe>,
+        mut reads: KVec<crate::wqe::SendDone>,
         msg: Option<RxMsg>,
     ) {
         let flush = WcStatus::WrFlushErr;

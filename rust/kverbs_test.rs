@@ -287,7 +287,7 @@ mod suite {
     fn qp_tx_complete_and_release(t: &QpRig<'_>) -> Checked {
         let (q, cq) = (t.qp.driver(), t.cq);
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 20 && w.opcode == WrOpcode::Send && w.signalled());
+        check!(w.id == 20 && w.opcode == WrOpcode::Send && w.done().signalled());
         check!(w.sges().len() == 1 && w.sges()[0].laddr == t.base && w.sges()[0].lkey == t.lkey);
         check!(w.inline_data().is_none());
         check!(wqe!(Qp::next_sqe(q)).id == 20);
@@ -304,7 +304,7 @@ mod suite {
         );
         // Unsignalled: no CQE.
         let w = wqe!(Qp::next_sqe(q));
-        check!(w.id == 21 && !w.signalled() && w.sges().len() == 2);
+        check!(w.id == 21 && !w.done().signalled() && w.sges().len() == 2);
         req!(Qp::complete_sqe(q, &w, SUCCESS, 128).map_err(|_| ()));
         check!(poll_one(cq).is_none());
         // Inline RDMA WRITE, released first and completed in error later.
@@ -316,7 +316,7 @@ mod suite {
         );
         req!(Qp::release_sqe(q, w.slot).map_err(|_| ()));
         check!(Qp::release_sqe(q, w.slot) == Err(Stale));
-        Qp::complete_send(q, &w, WcStatus::LocProtErr, 0);
+        Qp::complete_send(q, &w.done(), WcStatus::LocProtErr, 0);
         check!(
             poll_one(cq)
                 == Some((

@@ -67,11 +67,6 @@ impl InlineData {
 }
 
 impl SendWqe {
-    /// Whether a successful completion is reported.
-    pub(crate) fn signalled(&self) -> bool {
-        self.flags & SIGNALLED != 0
-    }
-
     /// The `IB_ACCESS_*` rights of a REG_MR WQE (the ABI's `access`, which shares its
     /// octets with the first SGE); meaningless for other opcodes.
     pub(crate) fn access(&self) -> i32 {
@@ -94,6 +89,20 @@ impl SendWqe {
         }
     }
 
+    /// What completing this WQE needs of it ([`SendDone`]).
+    pub(crate) fn done(&self) -> SendDone {
+        let local_inval = match (self.opcode, self.sges()) {
+            (WrOpcode::ReadLocalInv, [sge]) => Some(sge.lkey),
+            _ => None,
+        };
+        SendDone {
+            id: self.id,
+            opcode: self.opcode,
+            flags: self.flags,
+            local_inval,
+        }
+    }
+
     /// The inline payload (`sge[0].length` octets at `sge[1..]`), or `None` for a WQE
     /// with SGEs.
     pub(crate) fn inline_data(&self) -> Option<InlineData> {
@@ -109,6 +118,29 @@ impl SendWqe {
         // Bounded by `decode_sqe`.
         let len = (self.sge[0].length as usize).min(buf.len());
         Some(InlineData { buf, len })
+    }
+}
+
+/// What completing a send WQE needs of it once its message started: the part of a
+/// [`SendWqe`] a connection holds while the message is sent, or while an RDMA Read's
+/// Response is outstanding.
+#[derive(Clone, Copy)]
+pub(crate) struct SendDone {
+    /// The consumer's `wr_id`.
+    pub(crate) id: u64,
+    /// The WQE's opcode, reported in its CQE.
+    pub(crate) opcode: WrOpcode,
+    /// `SIW_WQE_*` flags (SIGNALLED decides whether a success is reported).
+    pub(crate) flags: u16,
+    /// For an RDMA Read with Local Invalidate whose sink is one SGE: that SGE's STag,
+    /// invalidated once the Read completed.
+    pub(crate) local_inval: Option<u32>,
+}
+
+impl SendDone {
+    /// Whether a successful completion is reported.
+    pub(crate) fn signalled(&self) -> bool {
+        self.flags & SIGNALLED != 0
     }
 }
 

@@ -14,7 +14,7 @@
 //! `GFP_KERNEL`.
 
 use super::{Conn, ResolvedSge, SgeList};
-use crate::abi::{WcStatus, WrOpcode};
+use crate::abi::WcStatus;
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
 use crate::engine::orq::{Orq, OrqEntry};
@@ -35,7 +35,7 @@ use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
 use crate::wire::rdmap::{RdmapError, ReadRequest};
 use crate::wire::terminate::TermCause;
-use crate::wqe::SendWqe;
+use crate::wqe::SendDone;
 use core::cell::RefCell;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -121,9 +121,10 @@ pub(super) struct RxSide {
     /// The RDMAP session: the transmit half polls it for what to send next.
     pub(super) session: Session<ConnQueues>,
     pub(super) msg: Option<RxMsg>,
-    /// The WQEs of the ULP's RDMA Reads the session admitted (its ORQ holds their sinks,
-    /// in the same order), oldest first. Capacity for ORD entries is reserved.
-    pub(super) reads_out: KVec<SendWqe>,
+    /// What completing the ULP's RDMA Reads the session admitted needs (their ORQ
+    /// entries hold their sinks, in the same order), oldest first. Capacity for ORD
+    /// entries is reserved.
+    pub(super) reads_out: KVec<SendDone>,
 }
 
 impl Conn {
@@ -200,7 +201,7 @@ struct RxCtx<'a> {
     qp: &'a QpRef<Device>,
     pd: PdId,
     msg: RefCell<&'a mut Option<RxMsg>>,
-    reads_out: RefCell<&'a mut KVec<SendWqe>>,
+    reads_out: RefCell<&'a mut KVec<SendDone>>,
 }
 
 impl RxCtx<'_> {
@@ -530,10 +531,8 @@ impl SessionEvents for RxEv<'_, '_> {
             .remove(0)
             .map_err(|_| TermCause::rdmap(RdmapError::LocalCatastrophic))?;
         let qp = self.0.qp.qp();
-        if w.opcode == WrOpcode::ReadLocalInv {
-            if let [sge] = w.sges() {
-                let _ = self.0.qp.device().stags.invalidate(sge.lkey, self.0.pd);
-            }
+        if let Some(stag) = w.local_inval {
+            let _ = self.0.qp.device().stags.invalidate(stag, self.0.pd);
         }
         // The octets the Response placed: the Read's size (a short Response is refused).
         let len = u32::try_from(done.len).unwrap_or(u32::MAX);

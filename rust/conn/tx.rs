@@ -13,14 +13,14 @@ use crate::engine::orq::ReadSink;
 use crate::engine::rx_shell::Access;
 use crate::engine::session::{Admit, SessionState, SqHead, Transmit};
 use crate::logtag::Tag;
-use crate::qp::{Qp, READ_FENCE, SIGNALLED, SOLICITED};
+use crate::qp::{Qp, READ_FENCE, SOLICITED};
 use crate::stag::access_bits;
 use crate::sys::ibdev::QpRef;
 use crate::sys::obj::{PdId, QpEvent};
 use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use crate::wire::rdmap::{RdmapError, ReadRequest};
 use crate::wire::terminate::{TermCause, Terminate};
-use crate::wqe::{InlineData, SendWqe};
+use crate::wqe::{InlineData, SendDone, SendWqe};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -69,7 +69,7 @@ impl Payload {
 pub(super) enum JobKind {
     /// A send WQE (Send variants, RDMA Write), released from the SQ when it started:
     /// completed once its last FPDU is queued.
-    Sqe(SendWqe),
+    Sqe(SendDone),
     /// An RDMA Read Request; its WQE entered the outstanding Reads before the Request
     /// was built (its Response can arrive as soon as the Request is queued).
     Read,
@@ -247,8 +247,8 @@ impl Conn {
 
     /// The last FPDU of the current message is queued: complete what it completes.
     fn finish_job(this: &Conn, g: &mut Inner) {
-        // Looked at and dropped in place: a job is a few hundred octets, and moving it out
-        // is a block copy per message.
+        // Looked at and dropped in place: a job is over a hundred octets, and moving it
+        // out is a block copy per message.
         let Some((kind, payload)) = g.job.as_ref() else {
             return;
         };
@@ -453,7 +453,7 @@ impl Conn {
                 return false;
             }
             // Within the capacity reserved for ORD entries (the session admits no more).
-            let _ = this.rx.lock().reads_out.push(w, GFP_ATOMIC);
+            let _ = this.rx.lock().reads_out.push(w.done(), GFP_ATOMIC);
             g.job = Some((JobKind::Read, Payload::None));
             return true;
         }
@@ -517,7 +517,7 @@ impl Conn {
         qp: &QpRef<Device>,
         w: &SendWqe,
     ) -> Result<(), WcStatus> {
-        let (_, payload) = job.insert((JobKind::Sqe(*w), Payload::None));
+        let (_, payload) = job.insert((JobKind::Sqe(w.done()), Payload::None));
         match w.inline_data() {
             Some(data) => *payload = Payload::Inline { data, off: 0 },
             None => {
@@ -614,7 +614,7 @@ fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
         return false;
     };
     let eligible = match kind {
-        JobKind::Sqe(w) => w.flags & SIGNALLED == 0,
+        JobKind::Sqe(w) => !w.signalled(),
         _ => false,
     };
     let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));

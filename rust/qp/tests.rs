@@ -11,7 +11,7 @@ mod suite {
     use crate::limits::{MAX_INLINE, MAX_SGE};
     use crate::qp::post::pack_inline;
     use crate::qp::state::{closed_or_closing, transition_allowed, State};
-    use crate::qp::{INLINE, VALID};
+    use crate::qp::{INLINE, SIGNALLED, VALID};
     use crate::sys::bindings as b;
     use crate::sys::Pod;
     use crate::wqe::{decode_rqe, decode_sqe, flush_opcode, BadWqe, SqSlot};
@@ -99,6 +99,36 @@ mod suite {
             ok.map(|w| (w.sges().len(), w.inline_data().map(|d| d.as_slice().len()))),
             Some((0, Some(80)))
         );
+    }
+
+    #[test]
+    fn completion_record_keeps_what_completing_needs() {
+        let at = SqSlot::at(3);
+        let with_keys = |op, flags, n: u8| {
+            let mut s = sqe(op, flags, n, 64);
+            s.id = 0xfeed;
+            let mut g = [Sge::zeroed(); MAX_SGE as usize];
+            for (i, e) in g.iter_mut().enumerate().take(usize::from(n)) {
+                e.length = 64;
+                e.lkey = 0x100 + i as u32;
+            }
+            s.__bindgen_anon_2.sge = g;
+            decode_sqe(&s, true, at).ok().map(|w| w.done())
+        };
+        // An RDMA Read with Local Invalidate names its one sink SGE's STag.
+        let d = with_keys(b::siw_opcode_SIW_OP_READ_LOCAL_INV, SIGNALLED, 1);
+        assert_eq!(
+            d.map(|d| (d.id, d.opcode, d.signalled(), d.local_inval)),
+            Some((0xfeed, WrOpcode::ReadLocalInv, true, Some(0x100)))
+        );
+        // Nothing to invalidate with two sink SGEs, or for a plain Read or a Send.
+        let none = |op, n| with_keys(op, 0, n).map(|d| (d.signalled(), d.local_inval));
+        assert_eq!(
+            none(b::siw_opcode_SIW_OP_READ_LOCAL_INV, 2),
+            Some((false, None))
+        );
+        assert_eq!(none(b::siw_opcode_SIW_OP_READ, 1), Some((false, None)));
+        assert_eq!(none(b::siw_opcode_SIW_OP_SEND, 1), Some((false, None)));
     }
 
     #[test]

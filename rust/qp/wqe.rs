@@ -32,7 +32,9 @@ use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
 use crate::sys::obj::IbQp;
 use crate::sys::pr_err_ratelimited;
-use crate::wqe::{decode_rqe, decode_sqe, BadRqe, BadSqe, RecvWqe, SendWqe, SqSlot, Stale};
+use crate::wqe::{
+    decode_rqe, decode_sqe, BadRqe, BadSqe, RecvWqe, SendDone, SendWqe, SqSlot, Stale,
+};
 use kernel::prelude::*;
 
 impl Qp {
@@ -80,7 +82,7 @@ impl Qp {
     /// For the TX and RX paths: reports the completion of send WQE `wqe` (released from
     /// the SQ already) with `status` and `bytes` into the send CQ, if it is signalled or
     /// failed. On a CQ overflow the consumer gets `IB_EVENT_CQ_ERR`.
-    pub(crate) fn complete_send(qp: &IbQp<Qp>, wqe: &SendWqe, status: WcStatus, bytes: u32) {
+    pub(crate) fn complete_send(qp: &IbQp<Qp>, wqe: &SendDone, status: WcStatus, bytes: u32) {
         let ok = status == WcStatus::Success;
         if ok && !wqe.signalled() {
             return;
@@ -113,7 +115,7 @@ impl Qp {
         bytes: u32,
     ) -> Result<(), Stale> {
         Self::release_sqe(qp, wqe.slot)?;
-        Self::complete_send(qp, wqe, status, bytes);
+        Self::complete_send(qp, &wqe.done(), status, bytes);
         Ok(())
     }
 
