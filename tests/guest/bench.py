@@ -34,7 +34,8 @@ Measures (`better` says which direction wins):
   1 MiB, setup included;
 - kernel memory per QP: growth of the allocated slab objects (/proc/slabinfo, every
   cache shrunk first) and of vmalloc other than thread stacks (KiB) while 16
-  ib_write_bw connections run at 1 Mb/s, divided by their 32 QPs;
+  ib_write_bw connections run at 1 Mb/s, divided by their 32 QPs; the same with
+  ib_read_bw, whose QPs have Read queues of the largest depth (see `mem_per_qp`);
 - the TCP ceiling: single-stream iperf3 on the same address, in the same unit as perftest.
 
 Profiles: after the measures, each provider runs PROFILES once more under
@@ -243,18 +244,21 @@ def cpu_per_gib():
     return (busy_seconds() - before) * 1000 / (size * iters / (1 << 30))
 
 
-_warm = []
-"""Not empty once `mem_per_qp` made its discarded first run."""
+_warm = set()
+"""The tools `mem_per_qp` made its discarded first run of."""
 
 
-def mem_per_qp():
-    """Kernel memory (KiB) per QP while ib_write_bw runs 16 connections (32 QPs, both
-    sides) for 4 s, sampled once all 32 are in RTS. perftest's own rate limit holds the
-    Writes to 1 Mb/s, so the figure is what the QPs and their connections hold, not data
-    in flight (which grows with the provider's speed).
+def mem_per_qp(tool="ib_write_bw"):
+    """Kernel memory (KiB) per QP while `tool` (ib_write_bw or ib_read_bw) runs 16
+    connections (32 QPs, both sides) for 4 s, sampled once all 32 are in RTS. perftest's
+    own rate limit holds the transfers to 1 Mb/s, so the figure is what the QPs and their
+    connections hold, not data in flight (which grows with the provider's speed).
+    ib_write_bw's connections negotiate small Read depths; ib_read_bw's the device's
+    largest (perftest's `-o` default, 128 with either provider), which size each
+    connection's inbound and outbound Read queues.
 
     The first run of a boot also fills the caches of perftest's files (dentries, inodes),
-    which are not the provider's and stay: that run is made once and discarded."""
+    which are not the provider's and stay: that run is made once a tool and discarded."""
     q = 16
     args = ["-s", "4096", "-D", "4", "-q", str(q), "--rate_limit=1", "--rate_units=M",
             "--rate_limit_type=SW"]
@@ -267,13 +271,13 @@ def mem_per_qp():
             time.sleep(0.1)
         return None
 
-    if not _warm:
-        perftest("ib_write_bw", args)
-        _warm.append(True)
+    if tool not in _warm:
+        perftest(tool, args)
+        _warm.add(tool)
     base = kernel_kib()
-    _, peak = perftest("ib_write_bw", args, sample=all_connected)
+    _, peak = perftest(tool, args, sample=all_connected)
     if peak is None:
-        raise RunFailed(f"ib_write_bw -q {q}: its {2 * q} QPs were not seen in RTS")
+        raise RunFailed(f"{tool} -q {q}: its {2 * q} QPs were not seen in RTS")
     return max(peak - base, 0) / (2 * q)
 
 
@@ -403,6 +407,8 @@ def cases():
     out += [("rdma_cm connections per CPU second", "1/s", "higher", False, None, conn_rate),
             ("CPU per GiB, ib_write_bw 1 MiB", "ms", "lower", False, None, cpu_per_gib),
             ("kernel memory per QP", "KiB", "lower", False, None, mem_per_qp),
+            ("kernel memory per QP, ib_read_bw (ORD/IRD 128)", "KiB", "lower", False, None,
+             lambda: mem_per_qp("ib_read_bw")),
             ("TCP ceiling (iperf3, 1 stream)", "MB/s", "higher", False, None, tcp_ceiling)]
     only = os.environ.get("RSIW_BENCH_ONLY")
     return [c for c in out if not only or re.search(only, c[0])]
