@@ -50,8 +50,7 @@ OWN = {"siw": r"^siw_", "rsiw": r"4rsiw|^rsiw_"}
 """A provider's own functions: siw's C names, rsiw's mangled Rust paths and its C shim."""
 ATTEMPTS = 3
 """Runs of one recording before the profile fails: the C siw's `ib_send_lat -e` client
-once exited 255 without output in two of six profiles (2026-12-06), and the rerun passed.
-Each failure is printed."""
+sometimes exits 255 without output, and a rerun passes. Each failure is printed."""
 
 
 def attempts(run, what):
