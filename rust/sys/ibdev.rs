@@ -34,15 +34,14 @@ pub(crate) const MAX_ATTRS: usize = bindings::RSIW_MAX_ATTRS as usize;
 
 use super::bindings;
 use super::idtable::RawIdTable;
-use super::iwcm::CmIdDetails;
+use super::iwcm::CmIdTable;
 use super::net::netdev::{NetDev, NetDevRef};
 use super::obj::{IbCq, IbMr, IbQp, IbSrq};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use kernel::prelude::*;
-use kernel::sync::{new_spinlock_irq, Arc, SpinLockIrq};
+use kernel::sync::{new_spinlock, new_spinlock_irq, SpinLock, SpinLockIrq};
 use kernel::types::Opaque;
-use kernel::xarray::{AllocKind, XArray};
 
 /// An RDMA device: the core's `struct ib_device` followed by the driver's data `T`.
 ///
@@ -56,9 +55,9 @@ pub(crate) struct IbDevice<T> {
     base: Opaque<bindings::ib_device>,
     /// The device's QPs by number (see `ibdev/qp.rs`).
     pub(super) qps: RawIdTable,
-    /// The details of the `iw_cm_id`s the driver holds, by a key made of the id's address (see
+    /// The details of the `iw_cm_id`s the driver holds, by the id's address (see
     /// [`super::iwcm::CmIdDetails`]).
-    pub(super) cm_ids: XArray<Arc<CmIdDetails>>,
+    pub(super) cm_ids: SpinLock<CmIdTable>,
     /// The sysfs attributes of [`DeviceOps::ATTRS`] (the core's `ops.device_group`).
     attrs: Opaque<bindings::rsiw_attr_group>,
     /// The numbers of the QPs whose receive queue the sweep looks at again
@@ -277,7 +276,7 @@ impl<T: DeviceOps> NewDevice<T> {
             let qps = core::ptr::addr_of_mut!((*this.as_ptr()).qps);
             let Ok(()) = RawIdTable::new(1).__init(qps);
             let cm_ids = core::ptr::addr_of_mut!((*this.as_ptr()).cm_ids);
-            let Ok(()) = XArray::new(AllocKind::Alloc).__init(cm_ids);
+            let Ok(()) = new_spinlock!(CmIdTable::new(), "rsiw_cm_ids").__init(cm_ids);
             let qpns = core::ptr::addr_of_mut!((*this.as_ptr()).sweep_qpns);
             let Ok(()) = new_spinlock_irq!(KVec::new(), "rsiw_rq_sweep").__init(qpns);
             bindings::rsiw_delayed_init(

@@ -19,6 +19,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use kernel::prelude::*;
+use kernel::rbtree::{RBTree, RBTreeNode};
 use kernel::sync::Arc;
 use kernel::types::ForeignOwnable;
 
@@ -199,13 +200,17 @@ impl CmIdDetails {
     }
 }
 
-/// The key of the `iw_cm_id` at `id` in a device's `cm_ids` table: its address divided by
-/// the size of an `iw_cm_id`. Unique among live ids, which do not overlap and so lie at
-/// least that many octets apart, and far denser than the address itself: keyed by raw
-/// kernel addresses, the table took about two nodes of its own (576 octets each) per id,
-/// where ids allocated near each other now share them.
+/// A device's table of the driver details of the `iw_cm_id`s it holds, by the id's
+/// address (see [`cm_id_key`]).
+///
+/// A red-black tree: one node (of 40 octets) per id. Live ids lie far apart, and an
+/// `xarray` keyed by their addresses needed nodes of 576 octets of its own for most ids.
+pub(crate) type CmIdTable = RBTree<usize, Arc<CmIdDetails>>;
+
+/// The key of the `iw_cm_id` at `id` in a device's [`CmIdTable`]: its address, unique
+/// among live ids.
 fn cm_id_key(id: *const b::iw_cm_id) -> usize {
-    id as usize / core::mem::size_of::<b::iw_cm_id>()
+    id as usize
 }
 
 /// A reference to an `iw_cm_id` of a device of type `T`, taken with its `add_ref` and
@@ -255,16 +260,25 @@ impl<T: Objects> CmId<T> {
             details: Arc::new(CmIdDetails::new(), GFP_KERNEL).ok(),
             _p: PhantomData,
         };
-        if let Some(d) = this.details.clone() {
-            let key = this.key();
-            let listed = this.with_device(|dev| {
-                let mut g = dev.cm_ids.lock();
-                // Another reference to the same id keeps its own entry.
-                g.get(key).is_some() || g.store(key, d, GFP_KERNEL).is_ok()
-            });
-            if !listed {
-                this.details = None;
+        let node = this
+            .details
+            .clone()
+            .and_then(|d| RBTreeNode::new(this.key(), d, GFP_KERNEL).ok());
+        match node {
+            Some(node) => {
+                let key = this.key();
+                let unused = this.with_device(|dev| {
+                    let mut g = dev.cm_ids.lock();
+                    // Another reference to the same id keeps its own entry.
+                    if g.get(&key).is_some() {
+                        Some(node)
+                    } else {
+                        g.insert(node)
+                    }
+                });
+                drop(unused);
             }
+            None => this.details = None,
         }
         this
     }
@@ -396,9 +410,13 @@ impl<T: Objects> Drop for CmId<T> {
             let key = self.key();
             self.with_device(|dev| {
                 let mut g = dev.cm_ids.lock();
-                if g.get(key).is_some_and(|e| core::ptr::eq(&*e, &*d)) {
-                    drop(g.remove(key));
-                }
+                let node = if g.get(&key).is_some_and(|e| Arc::ptr_eq(e, &d)) {
+                    g.remove_node(&key)
+                } else {
+                    None
+                };
+                drop(g);
+                drop(node);
             });
         }
         let id = self.ptr.as_ptr();
@@ -595,7 +613,7 @@ impl<T: DeviceOps> IbDevice<T> {
         if iw.is_null() {
             return 0;
         }
-        let Some(details) = dev.cm_ids.lock().get(cm_id_key(iw)).map(Arc::from) else {
+        let Some(details) = dev.cm_ids.lock().get(&cm_id_key(iw)).cloned() else {
             return 0;
         };
         // SAFETY: `msg` is the core's message for this call.
