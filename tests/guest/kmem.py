@@ -23,10 +23,21 @@ def shrink_slab_caches():
             pass  # a cache destroyed meanwhile
 
 
-def slab_kib(kmalloc_only=False):
+def reclaimable(cache):
+    """Whether slab cache `cache` is accounted reclaimable (`SLAB_RECLAIM_ACCOUNT`:
+    dentries, inodes and the like, which the kernel frees under memory pressure)."""
+    try:
+        with open(f"/sys/kernel/slab/{cache}/reclaim_account") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False  # a cache destroyed meanwhile
+
+
+def slab_kib(kmalloc_only=False, unreclaimable_only=False):
     """Slab objects in use (KiB): active objects times their size over the caches of
     /proc/slabinfo (free objects kept in slab pages do not count); with `kmalloc_only`,
-    over the kmalloc caches alone (reclaimable ones left out). Call
+    over the kmalloc caches alone (reclaimable ones left out); with `unreclaimable_only`,
+    over the caches not accounted reclaimable (`reclaimable`). Call
     `shrink_slab_caches` first for exact counts."""
     octets = 0
     with open("/proc/slabinfo") as f:
@@ -35,6 +46,8 @@ def slab_kib(kmalloc_only=False):
             name = fields[0]
             if kmalloc_only and (not name.startswith("kmalloc-")
                                  or name.startswith("kmalloc-rcl-")):
+                continue
+            if unreclaimable_only and reclaimable(name):
                 continue
             octets += int(fields[1]) * int(fields[3])  # active_objs * objsize
     return octets / 1024
