@@ -61,7 +61,7 @@ use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, SessionConfig};
 use crate::engine::startup::Negotiated;
 use crate::limits::MAX_SGE;
-use crate::logtag::{CauseText, Tag};
+use crate::logtag::{CauseText, KeptTag, Tag};
 use crate::qp::Qp;
 use crate::settings::Snapshot;
 use crate::stag::MrRef;
@@ -249,16 +249,11 @@ impl SgeList {
     }
 }
 
-/// The mutable state of a connection.
-struct Inner {
-    qp: Option<QpRef<Device>>,
-    sock: Option<Socket>,
-    id: Option<CmId<Device>>,
-    pd: PdId,
-    tx: DdpTx,
-    /// The session deadline the timer is armed for (ms of [`Conn::now_ms`]), and the
-    /// armed timer.
-    timer: Option<(u64, Armed<Conn>)>,
+/// The transmit half's message state: the FPDU builder, the message being sent and its
+/// FPDU's buffers. In an allocation of its own, made with the connection, so that the
+/// connection's own fits a 1 KiB object (see the size check below [`Inner`]).
+struct TxState {
+    ddp: DdpTx,
     job: Option<(JobKind, Payload)>,
     /// The FPDU being handed to TCP, collected in `bufs`.
     fpdu: Option<TxFpdu>,
@@ -268,17 +263,44 @@ struct Inner {
     /// the connection has something to send, and never released while `fpdu` refers to
     /// them.
     copy: CopyPages,
+}
+
+/// The mutable state of a connection.
+struct Inner {
+    qp: Option<QpRef<Device>>,
+    sock: Option<Socket>,
+    id: Option<CmId<Device>>,
+    pd: PdId,
+    tx: KBox<TxState>,
+    /// The session deadline the timer is armed for (ms of [`Conn::now_ms`]), and the
+    /// armed timer.
+    timer: Option<(u64, Armed<Conn>)>,
     /// Nothing that arrived before the data-ready callback was attached is left unread
     /// (none did, or the work item read it); from then on the callback reads everything.
     drained: bool,
     closed: bool,
 }
 
+// A connection's allocation (the `Arc`'s count and the `Conn`) fits a 1 KiB kmalloc
+// object, and its `TxState` a 512-octet one: with the QP's own object (`ib_qp` and
+// `crate::qp::Qp`, 512 octets) they hold less per QP than the C siw's single 2 KiB object
+// with its connection endpoint and CM work elements (`make bench`, kernel memory per QP).
+// The transmit half's `TxState` and the log tag's text are allocated apart for this.
+// Checked where locks carry no debugging state, which adds to every lock's size.
+#[cfg(not(any(
+    CONFIG_DEBUG_LOCK_ALLOC,
+    CONFIG_DEBUG_SPINLOCK,
+    CONFIG_DEBUG_MUTEXES
+)))]
+const _: () = assert!(
+    core::mem::size_of::<Conn>() <= 1024 - 8 && core::mem::size_of::<TxState>() <= 512
+);
+
 /// An established connection (see the module documentation).
 #[pin_data]
 pub(crate) struct Conn {
     /// What the connection's kernel messages start with (device, QP, peer).
-    tag: Tag,
+    tag: KeptTag,
     /// Inbound Read depth (IRD) of the connection.
     ird: u32,
     /// Outbound Read depth (ORD) of the connection.
@@ -398,7 +420,7 @@ impl Conn {
             sock.peer_addr().ok().as_ref(),
         );
         let mss = sock.mss();
-        let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, tag)?;
+        let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, &tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         let idle = Self::take_over(&conn, qp, sock, id, report)?;
         let f = &conn.framing;
@@ -437,8 +459,9 @@ impl Conn {
         mss: u32,
         cfg: SessionConfig,
         zcopy_tx: bool,
-        tag: Tag,
+        tag: &Tag,
     ) -> Result<Arc<Self>> {
+        let tag = KeptTag::new(tag)?;
         let emss = mss.max(MIN_EMSS);
         let framing = Framing {
             rev: n.rev,
@@ -452,7 +475,16 @@ impl Conn {
         };
         let pd = qp.qp().pd();
         let (ird, ord) = (cfg.ird, cfg.ord);
-        let tx = DdpTx::for_connection(n, emss, false);
+        let tx = KBox::new(
+            TxState {
+                ddp: DdpTx::for_connection(n, emss, false),
+                job: None,
+                fpdu: None,
+                bufs: FpduBufs::new(),
+                copy: CopyPages::new(COPY_PAGES_MAX),
+            },
+            GFP_KERNEL,
+        )?;
         let reads_out = KVec::with_capacity(ord as usize, GFP_KERNEL)?;
         let session = rx::idle_session(ird, ord)?;
         // The receive half's own reference, dropped when the connection closes.
@@ -478,10 +510,6 @@ impl Conn {
                     pd,
                     tx,
                     timer: None,
-                    job: None,
-                    fpdu: None,
-                    bufs: FpduBufs::new(),
-                    copy: CopyPages::new(COPY_PAGES_MAX),
                     drained: false,
                     closed: false,
                 }),
@@ -693,10 +721,10 @@ impl Conn {
             };
             let _ = id.event(&CmEvent::simple(CmEventKind::Close, status));
         }
-        g.job = None;
-        g.fpdu = None;
-        g.bufs.clear();
-        g.copy.release();
+        g.tx.job = None;
+        g.tx.fpdu = None;
+        g.tx.bufs.clear();
+        g.tx.copy.release();
         drop(qp);
         drop(rx_qp);
     }
@@ -709,8 +737,8 @@ impl Conn {
     fn fail_qp(this: &Conn, g: &mut Inner, why: Reason) {
         // The TERMINATE itself may be the message in progress already (the receive half
         // made it due after this side last looked): it goes on.
-        if g.job.is_some() && !matches!(g.job, Some((JobKind::Terminate, _))) {
-            g.tx.abort();
+        if g.tx.job.is_some() && !matches!(g.tx.job, Some((JobKind::Terminate, _))) {
+            g.tx.ddp.abort();
         }
         let Some(qp) = g.qp.take() else { return };
         let (reads, msg) = {
@@ -738,11 +766,11 @@ impl Conn {
         if let Some(m) = msg {
             Qp::complete_recv(qp.qp(), m.id, flush, 0, None, false);
         }
-        match g.job.take() {
+        match g.tx.job.take() {
             // Released from the SQ when it started.
             Some((JobKind::Sqe(w), _)) => Qp::complete_send(qp.qp(), &w, flush, 0),
             // Our TERMINATE is still to be sent.
-            Some(job @ (JobKind::Terminate, _)) => g.job = Some(job),
+            Some(job @ (JobKind::Terminate, _)) => g.tx.job = Some(job),
             _ => {}
         }
     }

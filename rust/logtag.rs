@@ -12,6 +12,7 @@ use crate::sys::ibdev::IbDevice;
 use crate::sys::net::socket::SockAddr;
 use crate::wire::terminate::TermCause;
 use core::fmt::{self, Write};
+use kernel::prelude::*;
 
 /// Room for a device name (at most 63 octets), a QP number and an IPv6 address with scope
 /// and port.
@@ -93,6 +94,37 @@ impl fmt::Display for Tag {
 }
 
 impl kernel::fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A [`Tag`]'s text kept by an object that lives as long as a connection, in an
+/// allocation of the text's length: a [`Tag`] holds room for the longest text (152
+/// octets) wherever it is.
+pub(crate) struct KeptTag(KVec<u8>);
+
+impl KeptTag {
+    /// Keeps the text of `tag`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(tag: &Tag) -> Result<Self> {
+        let mut text = KVec::with_capacity(tag.len, GFP_KERNEL)?;
+        text.extend_from_slice(&tag.buf[..tag.len], GFP_KERNEL)?;
+        Ok(Self(text))
+    }
+}
+
+impl fmt::Display for KeptTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Copied from a `Tag`, whose text is UTF-8.
+        f.write_str(core::str::from_utf8(&self.0).unwrap_or("rsiw"))
+    }
+}
+
+impl kernel::fmt::Display for KeptTag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }

@@ -25,7 +25,7 @@ use crate::engine::rx_shell::{
 use crate::engine::session::irq::{self, Irq};
 use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
-use crate::logtag::{CauseText, Tag};
+use crate::logtag::{CauseText, KeptTag};
 use crate::qp::Qp;
 use crate::stag::{access_bits, Mem};
 use crate::sys::ibdev::QpRef;
@@ -150,7 +150,7 @@ impl RxSide {
     /// Processes one chunk of the stream at time `now` (ms; all of it: after an error the
     /// session discards input); returns whether the transmit half has new work. `tag`
     /// starts the connection's kernel messages.
-    fn process(&mut self, chunk: &SkbChunk<'_>, now: u64, tag: &Tag) -> bool {
+    fn process(&mut self, chunk: &SkbChunk<'_>, now: u64, tag: &KeptTag) -> bool {
         let RxSide {
             qp: Some(qp),
             pd,

@@ -113,10 +113,10 @@ impl Conn {
         if let Some(s) = g.sock.as_mut() {
             s.disown();
         }
-        if g.job.is_none() && g.fpdu.is_none() {
+        if g.tx.job.is_none() && g.tx.fpdu.is_none() {
             // Nothing to send for now: an idle connection holds no copy pages (TCP keeps
             // those it still reads).
-            g.copy.release();
+            g.tx.copy.release();
         }
         more
     }
@@ -129,7 +129,7 @@ impl Conn {
             if g.closed {
                 return false;
             }
-            if g.fpdu.is_some() {
+            if g.tx.fpdu.is_some() {
                 match Self::push_fpdu(this, g) {
                     Ok(true) => full = false,
                     Ok(false) if !full => {
@@ -148,16 +148,16 @@ impl Conn {
                 }
                 continue;
             }
-            if g.job.is_some() && this.terminate_due() {
+            if g.tx.job.is_some() && this.terminate_due() {
                 // RFC 5040 §7.1: the TERMINATE goes before the rest of the message. The
                 // session reports the due TERMINATE (`Event::Failed`) before anything
                 // else, so `sync_session` fails the QP here, which abandons the message
                 // and flushes its WQE; `next_job` then starts the TERMINATE.
                 Self::sync_session(this, g);
-                g.job = None;
-                g.tx.abort();
+                g.tx.job = None;
+                g.tx.ddp.abort();
             }
-            if g.job.is_none() {
+            if g.tx.job.is_none() {
                 if !Self::next_job(this, g) {
                     return false;
                 }
@@ -165,7 +165,7 @@ impl Conn {
                 if g.closed {
                     return false;
                 }
-                if g.job.is_none() {
+                if g.tx.job.is_none() {
                     // A local operation (LOCAL_INV, REG_MR) completed, or a local error
                     // made the TERMINATE due.
                     budget = budget.saturating_sub(1);
@@ -187,8 +187,8 @@ impl Conn {
                         "{}: Read Response cut short: its Data Source failed its checks ({c:?})\n",
                         this.tag
                     );
-                    g.job = None;
-                    g.tx.abort();
+                    g.tx.job = None;
+                    g.tx.ddp.abort();
                     this.fail_session(c.rdmap_cause());
                 }
                 Err(BuildError::Local(e)) => {
@@ -216,11 +216,12 @@ impl Conn {
 
     /// Sends what is left of the current FPDU; `Ok(true)` once it is all queued.
     fn push_fpdu(this: &Conn, g: &mut Inner) -> Result<bool> {
-        let (Some(sock), Some(f)) = (g.sock.as_mut(), g.fpdu.as_mut()) else {
+        let t = &mut *g.tx;
+        let (Some(sock), Some(f)) = (g.sock.as_mut(), t.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
         let mut spliced = 0;
-        let r = f.push(&mut g.bufs, sock, &mut spliced);
+        let r = f.push(&mut t.bufs, sock, &mut spliced);
         if spliced != 0 {
             if let Some(qp) = g.qp.as_ref() {
                 qp.device().count(Stat::TxSplicedOctets, spliced as u64);
@@ -230,8 +231,8 @@ impl Conn {
             return Ok(false);
         }
         let (last, wire_len) = (f.last(), f.wire_len());
-        g.fpdu = None;
-        g.bufs.clear();
+        g.tx.fpdu = None;
+        g.tx.bufs.clear();
         this.tx_fpdus.fetch_add(1, Ordering::Relaxed);
         this.tx_octets.fetch_add(wire_len as u64, Ordering::Relaxed);
         if let Some(qp) = g.qp.as_ref() {
@@ -249,14 +250,14 @@ impl Conn {
     fn finish_job(this: &Conn, g: &mut Inner) {
         // Looked at and dropped in place: a job is over a hundred octets, and moving it
         // out is a block copy per message.
-        let Some((kind, payload)) = g.job.as_ref() else {
+        let Some((kind, payload)) = g.tx.job.as_ref() else {
             return;
         };
         let terminate = matches!(kind, JobKind::Terminate);
         if let (JobKind::Sqe(w), Some(qp)) = (kind, g.qp.as_ref()) {
             Qp::complete_send(qp.qp(), w, WcStatus::Success, payload.total_len());
         }
-        g.job = None;
+        g.tx.job = None;
         let Some(qp) = g.qp.as_ref() else { return };
         if terminate {
             let cause = {
@@ -295,13 +296,13 @@ impl Conn {
 
     /// Starts our TERMINATE `t`, abandoning the message in progress.
     fn start_terminate(this: &Conn, g: &mut Inner, t: Terminate) -> bool {
-        g.tx.abort();
-        if g.tx.start(Message::Terminate(t)).is_err() {
+        g.tx.ddp.abort();
+        if g.tx.ddp.start(Message::Terminate(t)).is_err() {
             // Not reached (a TERMINATE always fits); close without it.
             this.rx.lock().session.terminate_sent();
             return true;
         }
-        g.job = Some((JobKind::Terminate, Payload::None));
+        g.tx.job = Some((JobKind::Terminate, Payload::None));
         true
     }
 
@@ -340,7 +341,7 @@ impl Conn {
         };
         let started = Self::start_message(this, g, resp, kind, Payload::None);
         // The payload goes into the job in place.
-        if let (Some(mr), Some((JobKind::ReadResponse { .. }, p))) = (mr, g.job.as_mut()) {
+        if let (Some(mr), Some((JobKind::ReadResponse { .. }, p))) = (mr, g.tx.job.as_mut()) {
             if let Some(list) = p.set_pieces() {
                 // The list is empty: never fails.
                 let _ = list.push(
@@ -365,11 +366,11 @@ impl Conn {
         kind: JobKind,
         payload: Payload,
     ) -> bool {
-        if g.tx.start(msg).is_err() {
+        if g.tx.ddp.start(msg).is_err() {
             this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
             return true;
         }
-        g.job = Some((kind, payload));
+        g.tx.job = Some((kind, payload));
         true
     }
 
@@ -442,22 +443,23 @@ impl Conn {
                 src_stag: w.rkey,
                 src_to: w.raddr,
             };
-            if g.tx.start(Message::ReadRequest(req)).is_err() {
+            if g.tx.ddp.start(Message::ReadRequest(req)).is_err() {
                 // Not reached (a Read Request always fits); the sink is in the ORQ.
                 this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
                 return true;
             }
             if Qp::release_sqe(qp.qp(), w.slot).is_err() {
                 // A flush completed it already: the QP is in ERROR.
-                g.tx.abort();
+                g.tx.ddp.abort();
                 return false;
             }
             // Within the capacity reserved for ORD entries (the session admits no more).
             let _ = this.rx.lock().reads_out.push(w.done(), GFP_ATOMIC);
-            g.job = Some((JobKind::Read, Payload::None));
+            g.tx.job = Some((JobKind::Read, Payload::None));
             return true;
         }
-        match Self::start_sqe(&mut g.tx, &mut g.job, g.pd, qp, &w) {
+        let t = &mut *g.tx;
+        match Self::start_sqe(&mut t.ddp, &mut t.job, g.pd, qp, &w) {
             Ok(()) => {
                 // The slot is free for a new SQE now, as in the C siw: libsiw rings the
                 // doorbell only for an SQE posted behind a free slot. The connection
@@ -465,14 +467,14 @@ impl Conn {
                 // SQ's when the QP fails (`Conn::flush_held`).
                 if Qp::release_sqe(qp.qp(), w.slot).is_err() {
                     // A flush completed it already: the QP is in ERROR.
-                    g.job = None;
-                    g.tx.abort();
+                    g.tx.job = None;
+                    g.tx.ddp.abort();
                     return false;
                 }
                 true
             }
             Err(status) => {
-                g.job = None;
+                g.tx.job = None;
                 complete_and_fail(qp, &w, status)
             }
         }
@@ -531,7 +533,7 @@ impl Conn {
             .map_err(|_| WcStatus::LocQpOpErr)
     }
 
-    /// Builds the next FPDU of the current message into `g.fpdu`. A Read Response's
+    /// Builds the next FPDU of the current message into `g.tx.fpdu`. A Read Response's
     /// payload is read only after its Data Source passed its checks again, under a guard
     /// (`crate::conn::tx_fpdu`).
     ///
@@ -541,7 +543,8 @@ impl Conn {
     /// session's TERMINATE due), [`BuildError::Local`] otherwise.
     fn build_fpdu(this: &Conn, g: &mut Inner) -> Result<(), BuildError> {
         let pd = g.pd;
-        let Some((kind, payload)) = g.job.as_mut() else {
+        let t = &mut *g.tx;
+        let Some((kind, payload)) = t.job.as_mut() else {
             return Err(BuildError::Local(EINVAL));
         };
         let zcopy = this.zcopy_tx && zero_copy(kind, payload);
@@ -552,25 +555,23 @@ impl Conn {
             }),
             _ => None,
         };
-        let cap =
-            g.tx.next_fpdu_len()
-                .map_err(|_| BuildError::Local(EINVAL))?;
-        g.bufs.clear();
+        let cap = t.ddp.next_fpdu_len().map_err(|_| BuildError::Local(EINVAL))?;
+        t.bufs.clear();
         // Copied payload of a large FPDU goes through the copy pages, if they have room
         // (`crate::conn::tx_fpdu`); otherwise TCP copies it.
         let paged = !zcopy
             && cap >= COPY_PAGES_MIN
             && matches!(payload, Payload::Pieces { .. })
-            && g.copy.reserve(cap).unwrap_or(false);
+            && t.copy.reserve(cap).unwrap_or(false);
         let mode = match (zcopy, paged) {
             (true, _) => SendMode::Spliced,
             (false, true) => SendMode::CopyPages,
             (false, false) => SendMode::Copied,
         };
-        let pages = paged.then_some(&mut g.copy);
-        let mut sink = FpduSink::new(&mut g.bufs, payload, 128.min(cap), source, pages)
+        let pages = paged.then_some(&mut t.copy);
+        let mut sink = FpduSink::new(&mut t.bufs, payload, 128.min(cap), source, pages)
             .map_err(BuildError::Local)?;
-        let built = g.tx.next_fpdu(&mut sink);
+        let built = t.ddp.next_fpdu(&mut sink);
         let r = sink.finish();
         let info: FpduInfo = match (built, r) {
             (Ok(info), Ok(paged)) => {
@@ -582,19 +583,19 @@ impl Conn {
                 info
             }
             (_, Err(e)) => {
-                g.bufs.clear();
+                t.bufs.clear();
                 return Err(e);
             }
             (Err(_), Ok(_)) => {
-                g.bufs.clear();
+                t.bufs.clear();
                 return Err(BuildError::Local(EINVAL));
             }
         };
-        if info.last && matches!(g.job, Some((JobKind::ReadResponse { .. }, _))) {
+        if info.last && matches!(g.tx.job, Some((JobKind::ReadResponse { .. }, _))) {
             // Before the last octet can reach the peer (see `JobKind::ReadResponse`).
             this.rx.lock().session.read_response_sent();
         }
-        g.fpdu = Some(TxFpdu::new(info.wire_len, info.last, mode));
+        g.tx.fpdu = Some(TxFpdu::new(info.wire_len, info.last, mode));
         Ok(())
     }
 }
