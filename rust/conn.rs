@@ -287,14 +287,9 @@ struct Inner {
 // with its connection endpoint and CM work elements (`make bench`, kernel memory per QP).
 // The transmit half's `TxState` and the log tag's text are allocated apart for this.
 // Checked where locks carry no debugging state, which adds to every lock's size.
-#[cfg(not(any(
-    CONFIG_DEBUG_LOCK_ALLOC,
-    CONFIG_DEBUG_SPINLOCK,
-    CONFIG_DEBUG_MUTEXES
-)))]
-const _: () = assert!(
-    core::mem::size_of::<Conn>() <= 1024 - 8 && core::mem::size_of::<TxState>() <= 512
-);
+#[cfg(not(any(CONFIG_DEBUG_LOCK_ALLOC, CONFIG_DEBUG_SPINLOCK, CONFIG_DEBUG_MUTEXES)))]
+const _: () =
+    assert!(core::mem::size_of::<Conn>() <= 1024 - 8 && core::mem::size_of::<TxState>() <= 512);
 
 /// An established connection (see the module documentation).
 #[pin_data]

@@ -555,7 +555,10 @@ impl Conn {
             }),
             _ => None,
         };
-        let cap = t.ddp.next_fpdu_len().map_err(|_| BuildError::Local(EINVAL))?;
+        let cap = t
+            .ddp
+            .next_fpdu_len()
+            .map_err(|_| BuildError::Local(EINVAL))?;
         t.bufs.clear();
         // Copied payload of a large FPDU goes through the copy pages, if they have room
         // (`crate::conn::tx_fpdu`); otherwise TCP copies it.
