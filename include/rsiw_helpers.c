@@ -7,6 +7,7 @@
 #include <linux/cpumask.h>
 #include <linux/dynamic_debug.h>
 #include <linux/etherdevice.h>
+#include <linux/jiffies.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/ratelimit.h>
@@ -386,6 +387,16 @@ void rsiw_local_bh_disable(void)
 void rsiw_local_bh_enable(void)
 {
 	local_bh_enable();
+}
+
+u64 rsiw_jiffies_ms(void)
+{
+	return jiffies64_to_msecs(get_jiffies_64());
+}
+
+unsigned int rsiw_jiffy_ms(void)
+{
+	return max(jiffies_to_msecs(1), 1U);
 }
 
 void rsiw_wq_flush(void)

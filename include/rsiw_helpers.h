@@ -242,6 +242,13 @@ void rsiw_put_cpu(void);
 bool rsiw_cpu_online(unsigned int cpu);
 void rsiw_local_bh_disable(void);
 void rsiw_local_bh_enable(void);
+/*
+ * The jiffies clock in milliseconds (jiffies64_to_msecs(get_jiffies_64())): one load and
+ * a multiplication, where ktime_get() reads the clocksource.  It lags the monotonic clock
+ * by up to a tick (rsiw_jiffy_ms() milliseconds, at least 1).
+ */
+u64 rsiw_jiffies_ms(void);
+unsigned int rsiw_jiffy_ms(void);
 /* flush_workqueue() of "rsiw": every handler call queued before it has run (KUnit). */
 void rsiw_wq_flush(void);
 

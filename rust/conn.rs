@@ -76,7 +76,7 @@ use crate::sys::{pr_dbg, pr_warn_ratelimited};
 use crate::timer::Armed;
 use crate::wire::mpa::MpaErrorCode;
 use crate::wire::terminate::TermCause;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::alloc::Flags;
 use kernel::impl_has_hr_timer;
 use kernel::prelude::*;
@@ -84,7 +84,7 @@ use kernel::sync::{new_mutex, Arc, ArcBorrow, Mutex};
 use kernel::time::hrtimer::{
     HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeMode,
 };
-use kernel::time::{Instant, Monotonic};
+use kernel::time::Monotonic;
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 use rx::{RxMsg, RxSide};
 use tx::{JobKind, Payload};
@@ -263,6 +263,11 @@ struct TxState {
     /// the connection has something to send, and never released while `fpdu` refers to
     /// them.
     copy: CopyPages,
+    /// The session's next deadline ([`Session::poll_timeout`]) as the current transmit
+    /// burst found it, in the receive lock's hold in which the session had nothing more to
+    /// send; `None` if the burst did not get there. [`Conn::arm_timer`] takes it in place
+    /// of another round trip of that lock.
+    idle_due: Option<Option<u64>>,
 }
 
 /// The mutable state of a connection.
@@ -325,8 +330,15 @@ pub(crate) struct Conn {
     /// Serves the session's deadline ([`Inner::timer`]).
     #[pin]
     timer: HrTimer<Conn>,
-    /// The session's clock starts here ([`Conn::now_ms`]).
-    epoch: Instant<Monotonic>,
+    /// Set when the timer fires; [`Conn::arm_timer`] then arms it again even for the same
+    /// deadline, which the lagging session clock may not have reached.
+    timer_fired: AtomicBool,
+    /// Whether [`RxSide::reads_out`] holds a Read, as of the last release of the receive
+    /// lock that changed it: the doorbell's test without a lock round trip.
+    reads_outstanding: AtomicBool,
+    /// [`crate::sys::jiffies_ms`] when the connection was made: the session clock's zero
+    /// ([`Conn::now_ms`]).
+    epoch: u64,
     _live: Live,
 }
 
@@ -345,6 +357,7 @@ impl HrTimerCallback for Conn {
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
         // The work item hands the session the time (`Session::handle_timeout`).
+        this.timer_fired.store(true, Ordering::Relaxed);
         let _ = crate::sys::queue().enqueue(Arc::<Self>::from(this));
         HrTimerRestart::NoRestart
     }
@@ -477,6 +490,7 @@ impl Conn {
                 fpdu: None,
                 bufs: FpduBufs::new(),
                 copy: CopyPages::new(COPY_PAGES_MAX),
+                idle_due: None,
             },
             GFP_KERNEL,
         )?;
@@ -518,7 +532,9 @@ impl Conn {
                 }, "rsiw_conn_rx"),
                 work <- new_work!("rsiw_conn"),
                 timer <- HrTimer::new(),
-                epoch: Instant::now(),
+                timer_fired: AtomicBool::new(false),
+                reads_outstanding: AtomicBool::new(false),
+                epoch: crate::sys::jiffies_ms(),
                 _live: Live::new(),
             }),
             GFP_KERNEL,
@@ -611,22 +627,32 @@ impl Conn {
         out.u64(c"rx_octets", self.rx_octets.load(Ordering::Relaxed))
     }
 
-    /// The session's clock: milliseconds since the connection was established.
+    /// The session's clock: milliseconds since the connection was established, read from
+    /// the jiffies clock (read for every received chunk and sent message, where
+    /// `ktime_get()` cost a clocksource read each). It may lag by up to a jiffy.
     pub(crate) fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(0)
+        crate::sys::jiffies_ms().wrapping_sub(self.epoch)
     }
 
-    /// Arms the timer for the session's next deadline, if it changed (a timer armed for
-    /// an earlier deadline is cancelled).
+    /// Arms the timer for the session's next deadline, if it changed or the timer fired (a
+    /// timer armed for an earlier deadline is cancelled).
     fn arm_timer(this: &Arc<Self>, g: &mut Inner) {
-        let due = this.rx.lock().session.poll_timeout();
-        if g.timer.as_ref().map(|(d, _)| *d) == due {
+        let due = match g.tx.idle_due.take() {
+            Some(due) => due,
+            None => this.rx.lock().session.poll_timeout(),
+        };
+        // Read before swapped: the timer rarely fires, and the swap is a locked operation.
+        let fired = this.timer_fired.load(Ordering::Relaxed)
+            && this.timer_fired.swap(false, Ordering::Relaxed);
+        if !fired && g.timer.as_ref().map(|(d, _)| *d) == due {
             return;
         }
         // Cancels the old timer (waiting for a running callback, which takes no lock).
         g.timer = None;
         if let Some(d) = due {
-            let ms = d.saturating_sub(this.now_ms());
+            // One jiffy more, so that `now_ms()`, which lags the timer's clock by up to a
+            // jiffy, has reached `d` when the timer fires and the work item runs.
+            let ms = d.saturating_sub(this.now_ms()) + crate::sys::jiffy_ms();
             g.timer = Some((d, Armed::after(this.clone(), ms)));
         }
     }
@@ -651,7 +677,7 @@ impl Conn {
     /// closes and the Reads slow down (1 MiB `ib_read_bw`: 250-490 MB/s from run to run,
     /// 480-530 with the work item sending).
     pub(crate) fn doorbell(self: &Arc<Self>) {
-        if !self.rx.lock().reads_out.is_empty() {
+        if self.reads_outstanding.load(Ordering::Relaxed) {
             self.kick();
             return;
         }
@@ -697,6 +723,7 @@ impl Conn {
         // The receive half lets go of the QP and of the work requests it holds.
         let (rx_qp, reads, msg) = {
             let mut r = this.rx.lock();
+            this.reads_outstanding.store(false, Ordering::Relaxed);
             (r.qp.take(), core::mem::take(&mut r.reads_out), r.msg.take())
         };
         let qp = g.qp.take();
@@ -738,6 +765,7 @@ impl Conn {
         let Some(qp) = g.qp.take() else { return };
         let (reads, msg) = {
             let mut r = this.rx.lock();
+            this.reads_outstanding.store(false, Ordering::Relaxed);
             (core::mem::take(&mut r.reads_out), r.msg.take())
         };
         Self::flush_held(g, &qp, reads, msg);
@@ -777,32 +805,37 @@ impl Conn {
             let Some(ev) = this.rx.lock().session.poll_event() else {
                 return;
             };
-            match ev {
-                Event::Failed(cause) => {
-                    // Once per connection, whoever found the error (the receive path, the
-                    // transmit path, a timer).
-                    pr_warn_ratelimited!("{}: sending TERMINATE: {}\n", this.tag, CauseText(cause));
-                    if cause == TermCause::mpa(MpaErrorCode::CrcMismatch) {
-                        if let Some(qp) = g.qp.as_ref() {
-                            qp.device().count(Stat::CrcErrors, 1);
-                        }
+            Self::session_event(this, g, ev);
+        }
+    }
+
+    /// Acts on the session's event `ev` (see [`Conn::sync_session`]).
+    fn session_event(this: &Conn, g: &mut Inner, ev: Event) {
+        match ev {
+            Event::Failed(cause) => {
+                // Once per connection, whoever found the error (the receive path, the
+                // transmit path, a timer).
+                pr_warn_ratelimited!("{}: sending TERMINATE: {}\n", this.tag, CauseText(cause));
+                if cause == TermCause::mpa(MpaErrorCode::CrcMismatch) {
+                    if let Some(qp) = g.qp.as_ref() {
+                        qp.device().count(Stat::CrcErrors, 1);
                     }
-                    Self::fail_qp(this, g, Reason::of_terminate(&cause))
                 }
-                Event::Closed(c) => {
-                    let why = match c {
-                        Close::PeerTerminated(_) => Reason::Terminated,
-                        Close::Terminated(cause) => Reason::of_terminate(&cause),
-                        Close::TerminateTimedOut(cause) => {
-                            pr_warn_ratelimited!(
-                                "{}: TERMINATE not sent within mpa_timeout_ms, closing\n",
-                                this.tag
-                            );
-                            Reason::of_terminate(&cause)
-                        }
-                    };
-                    Self::close_locked(this, g, why);
-                }
+                Self::fail_qp(this, g, Reason::of_terminate(&cause))
+            }
+            Event::Closed(c) => {
+                let why = match c {
+                    Close::PeerTerminated(_) => Reason::Terminated,
+                    Close::Terminated(cause) => Reason::of_terminate(&cause),
+                    Close::TerminateTimedOut(cause) => {
+                        pr_warn_ratelimited!(
+                            "{}: TERMINATE not sent within mpa_timeout_ms, closing\n",
+                            this.tag
+                        );
+                        Reason::of_terminate(&cause)
+                    }
+                };
+                Self::close_locked(this, g, why);
             }
         }
     }

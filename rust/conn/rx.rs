@@ -140,6 +140,8 @@ impl Conn {
                 .fetch_add(chunk.len() as u64, Ordering::Relaxed);
             let mut r = self.rx.lock();
             wake |= r.process(chunk, now, &self.tag);
+            self.reads_outstanding
+                .store(!r.reads_out.is_empty(), Ordering::Relaxed);
             chunk.len()
         });
         wake

@@ -122,7 +122,11 @@ impl Conn {
     }
 
     fn transmit_burst(this: &Arc<Conn>, g: &mut Inner, mut budget: u32) -> bool {
-        Self::sync_session(this, g);
+        g.tx.idle_due = None;
+        if g.tx.fpdu.is_some() || g.tx.job.is_some() {
+            // Otherwise `next_job` acts on the session's events first.
+            Self::sync_session(this, g);
+        }
         // Whether the send buffer was found full since the last FPDU was queued.
         let mut full = false;
         loop {
@@ -161,13 +165,13 @@ impl Conn {
                 if !Self::next_job(this, g) {
                     return false;
                 }
-                Self::sync_session(this, g);
-                if g.closed {
-                    return false;
-                }
                 if g.tx.job.is_none() {
                     // A local operation (LOCAL_INV, REG_MR) completed, or a local error
-                    // made the TERMINATE due.
+                    // made the TERMINATE due (its event is acted on here).
+                    Self::sync_session(this, g);
+                    if g.closed {
+                        return false;
+                    }
                     budget = budget.saturating_sub(1);
                     continue;
                 }
@@ -276,13 +280,30 @@ impl Conn {
         }
     }
 
-    /// Starts the next message the session asks for ([`Transmit`]: our TERMINATE, the
-    /// RTR, a Read Response, or the SQ head if the session admits it). Returns `false` if
-    /// there is nothing to send now.
+    /// Acts on the session's events ([`Conn::sync_session`]), then starts the next message
+    /// the session asks for ([`Transmit`]: our TERMINATE, the RTR, a Read Response, or
+    /// the SQ head if the session admits it). Without events the session is asked in the
+    /// same hold of the receive lock. Returns `false` if there is nothing to send now or
+    /// the connection closed.
     fn next_job(this: &Conn, g: &mut Inner) -> bool {
         let now = this.now_ms();
-        let Some(t) = this.rx.lock().session.poll_transmit(now) else {
-            return false;
+        let t = loop {
+            if g.closed {
+                return false;
+            }
+            let mut rx = this.rx.lock();
+            if let Some(ev) = rx.session.poll_event() {
+                drop(rx);
+                Self::session_event(this, g, ev);
+                continue;
+            }
+            match rx.session.poll_transmit(now) {
+                Some(t) => break t,
+                None => {
+                    g.tx.idle_due = Some(rx.session.poll_timeout());
+                    return false;
+                }
+            }
         };
         match t {
             Transmit::Terminate(t) => Self::start_terminate(this, g, t),
@@ -454,7 +475,11 @@ impl Conn {
                 return false;
             }
             // Within the capacity reserved for ORD entries (the session admits no more).
-            let _ = this.rx.lock().reads_out.push(w.done(), GFP_ATOMIC);
+            {
+                let mut rx = this.rx.lock();
+                let _ = rx.reads_out.push(w.done(), GFP_ATOMIC);
+                this.reads_outstanding.store(true, Ordering::Relaxed);
+            }
             g.tx.job = Some((JobKind::Read, Payload::None));
             return true;
         }

@@ -199,6 +199,20 @@ pub(crate) fn this_module() -> *mut bindings::module {
     unsafe { bindings::rsiw_this_module() }
 }
 
+/// Returns the jiffies clock in milliseconds (`jiffies64_to_msecs(get_jiffies_64())`):
+/// monotonic, cheaper to read than `ktime_get()`, and up to [`jiffy_ms`] behind it.
+pub(crate) fn jiffies_ms() -> u64 {
+    // SAFETY: reads the jiffies counter; no preconditions.
+    unsafe { bindings::rsiw_jiffies_ms() }
+}
+
+/// Returns the length of one jiffy in milliseconds, at least 1: the most that
+/// [`jiffies_ms`] lags the monotonic clock.
+pub(crate) fn jiffy_ms() -> u64 {
+    // SAFETY: a conversion of constants; no preconditions.
+    u64::from(unsafe { bindings::rsiw_jiffy_ms() })
+}
+
 /// Returns a random 32-bit value (`get_random_u32()`).
 pub(crate) fn random_u32() -> u32 {
     // SAFETY: `get_random_u32` has no preconditions.
