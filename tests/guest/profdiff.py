@@ -2,18 +2,22 @@
 """`make bench-profile` in the guest: where rsiw spends more than siw per iteration.
 
 tests/bench.sh's guest (one vCPU, `-icount shift=0,sleep=off`: the clock counts executed
-instructions) runs one workload once per provider under `perf record -a -e cpu-clock -c
+instructions) runs one workload per provider under `perf record -a -e cpu-clock -c
 RSIW_PROF_PERIOD` (default 5000 ns, so one sample per 5000 instructions): a perftest
 latency test (RSIW_PROF_TOOL, default ib_send_lat; ib_read_lat and the others, at 8
-octets, in event mode where the tool has one, RSIW_PROF_ITERS iterations, default 20000;
-ib_write_lat polls, and its iterations then mostly count the pollers' spinning and the
-scheduler's switches between them), or with RSIW_PROF_TOOL
+octets, in event mode where the tool has one; ib_write_lat polls, and its iterations then
+mostly count the pollers' spinning and the scheduler's switches between them), run for
+RSIW_PROF_ITERS iterations (default 20000) and for a fifth of them, or with RSIW_PROF_TOOL
 `ucmatose` `make bench`'s connection setup (`ucmatose -c 20 -C 0`, 20 connections set up
 and torn down in one process, repeated for RSIW_PROF_ITERS connections, default 100). A
 symbol's samples times the period over the iterations is the instructions per iteration
 it took (a Send or Read each way, or one connection, and what the kernel, uverbs,
-librdmacm, libsiw and the programs did for it, the programs' start and exit included; a
-perftest's setup and teardown are a small share at 20000 iterations).
+librdmacm, libsiw and the programs did for it). For a perftest the shorter run's samples
+are subtracted first, and with them the programs' start, setup and exit: at 2000
+ib_write_lat iterations those had been more than half of the kernel's share. What is
+left of the user-space objects (perftest, libc, the vDSO, libsiw) is small and can come
+out negative: perftest's start (its clock calibration) varies from run to run by more
+than their share of the extra iterations. Read the kernel's figures.
 
 Samples fall where interrupts are enabled again: instructions run with interrupts off show
 at the symbol that re-enables them (`_raw_spin_unlock_irqrestore`,
@@ -44,6 +48,8 @@ multiple of it."""
 ITERS = int(os.environ.get("RSIW_PROF_ITERS", "100" if CONNECT else "20000"))
 if CONNECT:
     ITERS = max(ITERS // CONNECTIONS, 1) * CONNECTIONS
+BASE = 0 if CONNECT else max(ITERS // 5, 1)
+"""Iterations of the shorter perftest run whose samples are subtracted (see `record`)."""
 PERIOD = int(os.environ.get("RSIW_PROF_PERIOD", "5000"))
 OUT = os.environ.get("RSIW_BENCH_OUT", "build/bench")
 OWN = {"siw": r"^siw_", "rsiw": r"4rsiw|^rsiw_"}
@@ -66,19 +72,33 @@ def attempts(run, what):
                 raise
 
 
+def difference(long, short):
+    """The samples of `long` less those of `short` ({key: samples} each), keys of either;
+    a key's difference may be negative (sampling noise)."""
+    return collections.Counter({k: long.get(k, 0) - short.get(k, 0)
+                                for k in set(long) | set(short)})
+
+
 def record(mod):
     """Runs TOOL with `mod` loaded under perf; returns (perftest's typical latency in
     cycles, or None for ucmatose, {(symbol, object): samples}, Counter of rsiw's
-    'symbol+offset' samples)."""
+    'symbol+offset' samples). A perftest's samples are those of an ITERS run less those
+    of a BASE run: what its ITERS - BASE more iterations took, without its start, setup
+    and exit."""
     data = f"/tmp/profdiff-{mod}.data"
     wrap = ["perf", "record", "-q", "-a", "-e", "cpu-clock", "-c", str(PERIOD), "-o", data,
             "--"]
     load(mod)
     try:
         if not CONNECT:
-            out = attempts(lambda: perftest(TOOL, ["-s", "8", "-n", str(ITERS), "-C"]
-                                            + events(TOOL), wrap=wrap)[0], f"{TOOL} on {mod}")
-            return report(data, out, mod)
+            runs = []
+            for n in (BASE, ITERS):
+                out = attempts(lambda n=n: perftest(TOOL, ["-s", "8", "-n", str(n), "-C"]
+                                                    + events(TOOL), wrap=wrap)[0],
+                               f"{TOOL} on {mod}")
+                runs.append(report(data, out, mod))
+            (_, s0, o0), (typical, s1, o1) = runs
+            return typical, difference(s1, s0), difference(o1, o0)
         # Rounds of CONNECTIONS: more at once fail to create their CQs (ENOMEM) with siw.
         syms, offs = collections.Counter(), collections.Counter()
         for _ in range(ITERS // CONNECTIONS):
@@ -121,7 +141,7 @@ def report(data, out, mod):
 
 
 def per_iter(samples):
-    return samples * PERIOD / ITERS
+    return samples * PERIOD / (ITERS - BASE)
 
 
 def main():
@@ -140,8 +160,9 @@ def main():
     what = "connection" if CONNECT else "iteration"
     lines = [f"# {TOOL}{'' if CONNECT else ' 8 B'}: instructions per {what}, rsiw against "
              "siw", "",
-             f"`perf record -a -e cpu-clock -c {PERIOD}` over {ITERS} {what}s "
-             "(`tests/guest/profdiff.py` says how to read it)."]
+             f"`perf record -a -e cpu-clock -c {PERIOD}` over {ITERS} {what}s"
+             + (f", less a run of {BASE}" if BASE else "")
+             + " (`tests/guest/profdiff.py` says how to read it)."]
     if not CONNECT:
         lines[-1] += (f" Typical latency under perf: siw {res['siw'][0]:.0f} cycles, rsiw "
                       f"{res['rsiw'][0]:.0f} ({res['rsiw'][0] / res['siw'][0]:.2f}x).")
