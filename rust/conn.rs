@@ -627,9 +627,9 @@ impl Conn {
         out.u64(c"rx_octets", self.rx_octets.load(Ordering::Relaxed))
     }
 
-    /// The session's clock: milliseconds since the connection was established, read from
-    /// the jiffies clock (read for every received chunk and sent message, where
-    /// `ktime_get()` cost a clocksource read each). It may lag by up to a jiffy.
+    /// The session's clock: milliseconds since the connection was established, from the
+    /// jiffies clock, which costs a load where `ktime_get()` reads the clocksource (it is
+    /// read for every received chunk and sent message). It may lag by up to a jiffy.
     pub(crate) fn now_ms(&self) -> u64 {
         crate::sys::jiffies_ms().wrapping_sub(self.epoch)
     }
