@@ -160,6 +160,12 @@ impl CopyPages {
     /// when TCP lets go of it. Used when the connection has nothing more to send for now,
     /// so that an idle connection holds no pages.
     pub(crate) fn release(&mut self) {
+        if self.pages.capacity() == 0 {
+            // No page since `new` or the last release, so `cur`, `off` and `ready` are
+            // still 0. Returning here spares each message that used no copy pages the
+            // freeing of an empty list's storage (`krealloc` to size 0 and `kfree(NULL)`).
+            return;
+        }
         // The list's storage goes too: an idle connection keeps nothing of it.
         for p in core::mem::take(&mut self.pages) {
             // SAFETY: the reference this object held (invariant), dropped once.
@@ -282,6 +288,20 @@ mod tests {
         let third = copy(&mut p, &c);
         assert_eq!(p.pages.len(), 4);
         assert_eq!(&read(&third)[..], &c[..]);
+    }
+
+    #[test]
+    fn release_without_pages_keeps_the_object_usable() {
+        let mut p = CopyPages::new(4);
+        p.release();
+        p.release();
+        assert_eq!(p.pages.capacity(), 0);
+        assert_eq!(p.room(), 0);
+        let a = pattern(8, PAGE_SIZE + 10);
+        assert_eq!(&read(&copy(&mut p, &a))[..], &a[..]);
+        p.release();
+        assert_eq!(p.pages.capacity(), 0);
+        assert_eq!(p.room(), 0);
     }
 
     #[test]
