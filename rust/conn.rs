@@ -265,9 +265,8 @@ struct TxState {
     copy: CopyPages,
     /// The session's next deadline ([`Session::poll_timeout`]) as the current transmit
     /// burst found it, in the receive lock's hold in which the session had nothing more to
-    /// send, or only the SQ, which then had nothing to start; `None` if the burst did not
-    /// get there. [`Conn::arm_timer`] takes it in place of another round trip of that
-    /// lock.
+    /// send; `None` if the burst did not get there. [`Conn::arm_timer`] takes it in place
+    /// of another round trip of that lock.
     idle_due: Option<Option<u64>>,
 }
 

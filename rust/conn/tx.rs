@@ -287,7 +287,7 @@ impl Conn {
     /// the connection closed.
     fn next_job(this: &Conn, g: &mut Inner) -> bool {
         let now = this.now_ms();
-        let (t, due) = loop {
+        let t = loop {
             if g.closed {
                 return false;
             }
@@ -298,7 +298,7 @@ impl Conn {
                 continue;
             }
             match rx.session.poll_transmit(now) {
-                Some(t) => break (t, rx.session.poll_timeout()),
+                Some(t) => break t,
                 None => {
                     g.tx.idle_due = Some(rx.session.poll_timeout());
                     return false;
@@ -311,15 +311,7 @@ impl Conn {
                 Self::start_message(this, g, Message::rtr(t), JobKind::Rtr, Payload::None)
             }
             Transmit::ReadResponse(req) => Self::start_read_response(this, g, req),
-            Transmit::SendQueue => {
-                let started = Self::next_sqe(this, g);
-                if !started {
-                    // The SQ is empty or its head waits: the session had nothing else to
-                    // send in the hold above, so its deadline then is the burst's.
-                    g.tx.idle_due = Some(due);
-                }
-                started
-            }
+            Transmit::SendQueue => Self::next_sqe(this, g),
         }
     }
 
