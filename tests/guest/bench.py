@@ -191,8 +191,14 @@ def perftest(tool, args, sample=None, wrap=()):
     """Runs a perftest server and client on bench0 (rdma_cm, `-R`), the client behind the
     argv prefix `wrap`; returns (the client's output, `sample()` taken once connected or
     None)."""
-    common = [tool, "-R", "-F", "-d", "bench0", "-p", "{port}"] + args
+    common = perftest_argv(tool, args)
     return client_server(common, common + [ADDR], sample, wrap=wrap)[:2]
+
+
+def perftest_argv(tool, args):
+    """The argv of `tool`'s server on bench0 through rdma_cm with `args`; the client's
+    adds ADDR. "{port}" stands for the port `client_server` picks."""
+    return [tool, "-R", "-F", "-d", "bench0", "-p", "{port}"] + args
 
 
 def result_row(out):
@@ -238,8 +244,9 @@ def lat(tool, size=2, wrap=()):
 
 CPU_ITERS = (200, 600)
 """The two run lengths (messages of 1 MiB) `cpu_per_gib` takes the difference of: at
-least 200 each, as `bw_iters` says for `ib_send_bw -e` at 1 MiB. rsiw's figure moved by
-a third between runs of 200 and 400 (2026-12-06), so the difference spans 400 MiB."""
+least 200 each, as `bw_iters` says for `ib_send_bw -e` at 1 MiB. With runs of 200 and
+400 rsiw's figure moved by a third from one measure to the next (2026-12-06), with 200
+and 600 by a tenth."""
 
 
 def cpu_per_gib():
@@ -255,14 +262,19 @@ def cpu_per_gib():
     (`-e`), so the CPU is idle whenever neither has work: the figure is what moving the
     data cost, not the inverse of the throughput it is with a poller on one vCPU."""
     size = 1 << 20
-    cpu = [cpu_window("ib_send_bw", ["-s", str(size), "-n", str(n), "-e"])
-           for n in CPU_ITERS]
+    cpu = []
+    for n in CPU_ITERS:
+        common = perftest_argv("ib_send_bw", ["-s", str(size), "-n", str(n), "-e"])
+        out, seconds = cpu_run(common, common + [ADDR])
+        result_row(out)  # a run without its result fails
+        cpu.append(seconds)
     return (cpu[1] - cpu[0]) * 1000 / (size * (CPU_ITERS[1] - CPU_ITERS[0]) / (1 << 30))
 
 
-def cpu_window(tool, args):
-    """Runs `tool` as `perftest` does; returns the CPU time all tasks ran (s,
-    `run_seconds`) from the moment its server listens until `client_server` returns."""
+def cpu_run(server, client):
+    """Runs `server` and `client` as `client_server` does; returns (the client's output,
+    the CPU time all tasks ran (s, `run_seconds`) from the moment the server listens until
+    `client_server` returns)."""
     start = [0.0]
 
     def ready(p):
@@ -270,11 +282,8 @@ def cpu_window(tool, args):
             return False
         start[0] = run_seconds()
         return True
-    common = [tool, "-R", "-F", "-d", "bench0", "-p", "{port}"] + args
-    out, _, _ = client_server(common, common + [ADDR], ready=ready)
-    end = run_seconds()
-    result_row(out)
-    return end - start[0]
+    out, _, _ = client_server(server, client, ready=ready)
+    return out, run_seconds() - start[0]
 
 
 _warm = set()
@@ -325,15 +334,7 @@ def conn_rate():
     324 ms in one boot while their CPU time stayed within 1 %. No Sends (`-C 0`): ucmatose
     busy-polls for their completions, and on one vCPU that measures the scheduler."""
     n = 20
-    start = [0.0]
-
-    def ready(p):
-        if not listening(p):
-            return False
-        start[0] = run_seconds()
-        return True
-    client_server(*ucmatose(n), ready=ready)
-    return n / (run_seconds() - start[0])
+    return n / cpu_run(*ucmatose(n))[1]
 
 
 def ucmatose(n):
