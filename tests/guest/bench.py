@@ -30,9 +30,9 @@ Measures (`better` says which direction wins):
 - connection setup: rdma_cm connections per CPU second (`ucmatose -c 20 -C 0`: 20
   connections in one process, established and torn down, over the CPU time every task
   ran meanwhile; see `conn_rate`);
-- CPU cost: milliseconds of CPU time all tasks ran (/proc/schedstat) per GiB moved by
-  `ib_send_bw -e` at 1 MiB, without the programs' start, setup and exit (see
-  `cpu_per_gib`);
+- CPU cost: milliseconds of kernel CPU time (all tasks' run time from /proc/schedstat,
+  less the perftest processes' user time) per GiB moved by `ib_send_bw -e` at 1 MiB,
+  without the programs' start, setup and exit (see `cpu_per_gib`);
 - kernel memory per QP: growth of the allocated slab objects (/proc/slabinfo, every
   cache shrunk first) and of vmalloc other than thread stacks (KiB) while 16
   ib_write_bw connections run at 1 Mb/s, divided by their 32 QPs; the same with
@@ -57,6 +57,7 @@ import datetime
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -250,40 +251,56 @@ and 600 by a tenth."""
 
 
 def cpu_per_gib():
-    """CPU milliseconds per GiB that `ib_send_bw -e` moves at 1 MiB: the CPU time all
-    tasks ran (`run_seconds`, nanoseconds of the instruction-counted clock; Debian's
+    """Kernel CPU milliseconds per GiB that `ib_send_bw -e` moves at 1 MiB: the CPU time
+    all tasks ran (`run_seconds`, nanoseconds of the instruction-counted clock; Debian's
     kernel has no IRQ time accounting, so softirq work counts for the task it
-    interrupted) over a run of CPU_ITERS[1] messages, less that over a run of
-    CPU_ITERS[0], per GiB of the difference. The window of a run opens when the server
-    listens and closes once the client exited and the server was stopped, so the
-    harness's polling for the listener is outside it, and the difference takes out what
-    every run spends once: the programs' start (their libraries, read over virtiofs),
-    memory registration, connection setup and exit. Both programs sleep on CQ events
-    (`-e`), so the CPU is idle whenever neither has work: the figure is what moving the
-    data cost, not the inverse of the throughput it is with a poller on one vCPU."""
+    interrupted), less the user time of the two perftest processes, over a run of
+    CPU_ITERS[1] messages, less that over a run of CPU_ITERS[0], per GiB of the
+    difference.
+
+    The window of a run opens when the server listens and closes once the client exited
+    and the server was stopped, so the harness's polling for the listener is outside it,
+    and the difference takes out what every run spends once: the programs' start (their
+    libraries, read over virtiofs), memory registration, connection setup and exit. Both
+    programs sleep on CQ events (`-e`), so the CPU is idle whenever neither has work: the
+    figure is what moving the data cost, not the inverse of the throughput it is with a
+    poller on one vCPU. User time is left out because most of it is not per message:
+    each perftest process calibrates its cycle counter before its report by spinning on
+    `gettimeofday()` for about 200 ms of clock time, and how much CPU that takes depends
+    on whether the two processes' spins overlap (rsiw, 2026-12-06: 0.56-0.69 s a run,
+    while the kernel's share of a 600-message run was 1.17-1.25 s). libsiw's per-message
+    work in user space (posting to the mapped SQ, reading the mapped CQ) is the same
+    library for both providers."""
     size = 1 << 20
     cpu = []
     for n in CPU_ITERS:
         common = perftest_argv("ib_send_bw", ["-s", str(size), "-n", str(n), "-e"])
-        out, seconds = cpu_run(common, common + [ADDR])
+        out, seconds, user = cpu_run(common, common + [ADDR])
         result_row(out)  # a run without its result fails
-        cpu.append(seconds)
+        cpu.append(seconds - user)
     return (cpu[1] - cpu[0]) * 1000 / (size * (CPU_ITERS[1] - CPU_ITERS[0]) / (1 << 30))
 
 
 def cpu_run(server, client):
     """Runs `server` and `client` as `client_server` does; returns (the client's output,
     the CPU time all tasks ran (s, `run_seconds`) from the moment the server listens until
-    `client_server` returns)."""
-    start = [0.0]
+    `client_server` returns, the user time of the server and client in it (s))."""
+    start = [0.0, 0.0]
 
     def ready(p):
         if not listening(p):
             return False
-        start[0] = run_seconds()
+        start[:] = [run_seconds(), children_user_seconds()]
         return True
     out, _, _ = client_server(server, client, ready=ready)
-    return out, run_seconds() - start[0]
+    return out, run_seconds() - start[0], children_user_seconds() - start[1]
+
+
+def children_user_seconds():
+    """User time (s) of this process's waited-for children. The kernel splits a task's
+    run time into user and system time in proportion to the ticks it sampled in each,
+    so the split is good to a few ticks (4 ms each) a process."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
 
 
 _warm = set()
@@ -439,7 +456,7 @@ def cases():
                 out.append((f"{t} {size_name(s)}{tag}", "cycles", "lower", crc, (t, s),
                             lambda t=t, s=s: lat(t, s)))
     out += [("rdma_cm connections per CPU second", "1/s", "higher", False, None, conn_rate),
-            ("CPU per GiB, ib_send_bw 1 MiB", "ms", "lower", False, None, cpu_per_gib),
+            ("kernel CPU per GiB, ib_send_bw 1 MiB", "ms", "lower", False, None, cpu_per_gib),
             ("kernel memory per QP", "KiB", "lower", False, None, mem_per_qp),
             ("kernel memory per QP, ib_read_bw (ORD/IRD 128)", "KiB", "lower", False, None,
              lambda: mem_per_qp("ib_read_bw")),
