@@ -284,7 +284,8 @@ def cpu_per_gib():
 def cpu_run(server, client):
     """Runs `server` and `client` as `client_server` does; returns (the client's output,
     the CPU time all tasks ran (s, `run_seconds`) from the moment the server listens until
-    `client_server` returns, the user time of the server and client in it (s))."""
+    `client_server` returns, the user time of the server and client (s, their whole
+    lives: the server's start before the window too, which is the same in every run))."""
     start = [0.0, 0.0]
 
     def ready(p):
