@@ -35,7 +35,7 @@ run_logged "$crc/build.log" in_root "$root" make -C "$tree" M="$crc" CONFIG_RDMA
 
 rev=$(git -C "$RSIW_TOP" describe --always --dirty 2>/dev/null || cat "$RSIW_TOP/VERSION")
 mkdir -p "$RSIW_TOP/build/bench"
-log "bench: rsiw vs siw on Debian's kernel, 1 vCPU, icount (about 13 minutes a round under TCG)"
+log "bench: rsiw vs siw on Debian's kernel, 1 vCPU, icount (about 28 minutes a round under TCG)"
 "$RSIW_TOP/tests/vm-run.sh" --kernel stock --cpus 1 --icount \
 	--timeout "${RSIW_BENCH_TIMEOUT:-7200}" -- \
 	env RSIW_BENCH_ROUNDS="${RSIW_BENCH_ROUNDS:-2}" RSIW_BENCH_ONLY="${RSIW_BENCH_ONLY:-}" \
