@@ -245,9 +245,10 @@ def lat(tool, size=2, wrap=()):
 
 CPU_ITERS = (200, 600)
 """The two run lengths (messages of 1 MiB) `cpu_per_gib` takes the difference of: at
-least 200 each, as `bw_iters` says for `ib_send_bw -e` at 1 MiB. With runs of 200 and
-400 rsiw's figure moved by a third from one measure to the next (2026-12-06), with 200
-and 600 by a tenth."""
+least 200 each, as `bw_iters` says for `ib_send_bw -e` at 1 MiB. Counting user time
+too (see `cpu_per_gib`), rsiw's figure moved by a third from one measure to the next
+with runs of 200 and 400 and by a tenth with 200 and 600 (2026-12-06); without it, its
+four measures of one benchmark spread 9.5 %, one of them low."""
 
 
 def cpu_per_gib():
