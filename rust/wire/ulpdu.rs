@@ -545,6 +545,18 @@ impl UlpduHeader {
     /// [`EmitError`]; nothing useful is written then.
     pub fn emit_into(&self, buf: &mut [u8], cfg: Config) -> Result<usize, EmitError> {
         self.validate(cfg)?;
+        self.emit_validated_into(buf, cfg)
+    }
+
+    /// [`UlpduHeader::emit_into`] without [`UlpduHeader::validate`], for a header built
+    /// from one that passed it on this connection by changing only its L bit, TO, MSN or
+    /// MO (a builder's later segments): what is written then parses back unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`EmitError::BufferTooSmall`], or [`EmitError::EtypeRange`] for a Terminate
+    /// header with an etype over 4 bits; nothing useful is written then.
+    pub fn emit_validated_into(&self, buf: &mut [u8], cfg: Config) -> Result<usize, EmitError> {
         let len = self.buffer_len();
         let out = buf.get_mut(..len).ok_or(EmitError::BufferTooSmall)?;
         let hl = self
