@@ -195,6 +195,12 @@ pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents, S: Store = Fixed> {
     events: &'a mut E,
 }
 
+/// Octets of a segment's header collected before anything is decided: the shortest ULPDU
+/// header, a tagged DDP header. Their first two tell the whole header's length
+/// ([`UlpduHeader::header_len_hint`]), so that most headers are parsed once. A shorter
+/// ULPDU is decided when it ends.
+const FIRST_TAKE: usize = ddp::TAGGED_LEN;
+
 /// The right a tagged segment of `op` needs on its STag: local write for a Read
 /// Response (the sink this side named in its Read Request), remote write for an RDMA
 /// Write (RFC 5040 §5.1, §5.2).
@@ -357,7 +363,7 @@ impl<S: Store> DdpRx<S> {
     fn begin_segment(&mut self, len: u16) {
         self.ulpdu_len = len;
         self.got = 0;
-        self.need = ddp::CTRL_LEN;
+        self.need = FIRST_TAKE;
         self.verdict = Verdict::Open;
         self.parsed = None;
         self.placed = 0;
@@ -563,6 +569,16 @@ impl<S: Store> DdpRx<S> {
                     self.take_header(s, self.need);
                     if self.got < self.need.min(usize::from(self.ulpdu_len)) {
                         continue;
+                    }
+                    if self.got == FIRST_TAKE {
+                        // Collect the whole header the opcode names before parsing it.
+                        let hint = UlpduHeader::header_len_hint(self.header_bytes(), self.cfg.wire);
+                        if let Some(n) =
+                            hint.filter(|&n| n > self.got && n <= usize::from(self.ulpdu_len))
+                        {
+                            self.need = n;
+                            continue;
+                        }
                     }
                     let last = self.got >= usize::from(self.ulpdu_len);
                     self.decide(mem, last);

@@ -365,6 +365,32 @@ impl UlpduHeader {
         }
     }
 
+    /// The length in octets of the ULPDU header that starts with `start` (at least its
+    /// first [`ddp::CTRL_LEN`] octets), as far as they tell: the DDP header and the
+    /// opcode's RDMAP header, of which a Terminate's first [`terminate::CTRL_LEN`] octets
+    /// (its flags tell the rest). A streaming receiver collects that many octets before
+    /// it calls [`UlpduHeader::parse`] instead of calling it on every prefix. `None` if
+    /// `start` is shorter or names no opcode `cfg` allows; [`UlpduHeader::parse`] then
+    /// says what is wrong. Nothing else is checked.
+    pub fn header_len_hint(start: &[u8], cfg: Config) -> Option<usize> {
+        let (c0, c1) = (*start.first()?, *start.get(1)?);
+        let opcode = rdmap::Ctrl::parse(c1, cfg.rdmap, cfg.rfc7306).ok()?.opcode;
+        let rdmap = match opcode {
+            Opcode::ReadRequest => ReadRequest::LEN,
+            Opcode::ImmediateData | Opcode::ImmediateDataSe => ImmediateData::LEN,
+            Opcode::AtomicRequest => AtomicRequest::LEN,
+            Opcode::AtomicResponse => AtomicResponse::LEN,
+            Opcode::Terminate => terminate::CTRL_LEN,
+            Opcode::Write
+            | Opcode::ReadResponse
+            | Opcode::Send
+            | Opcode::SendInvalidate
+            | Opcode::SendSe
+            | Opcode::SendSeInvalidate => 0,
+        };
+        Some(ddp::header_len(c0) + rdmap)
+    }
+
     /// Parses and validates the ULPDU header at the start of `buf` (a ULPDU, or as much of
     /// one as has arrived) for a connection with `cfg`; returns the header and its length
     /// in octets (the ULP payload starts there). Reserved bits are ignored, as is the
