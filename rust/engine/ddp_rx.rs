@@ -687,39 +687,45 @@ impl<S: Store> DdpRx<S> {
                 events.terminate_received(None);
                 Err(Stop::PeerTerminated)
             }
-            Verdict::Accepted(payload) => {
-                let delivered = match self.parsed {
-                    Some(h) => self.deliver(events, &h, payload),
-                    // Not reached: `decide` set the header with the verdict.
-                    None => Err(Some(TermCause::ddp(DdpError::LocalCatastrophic))),
-                };
-                match delivered {
-                    Ok(()) => Ok(()),
-                    Err(Some(cause)) => Err(self.terminate(cause)),
-                    Err(None) => Err(Stop::PeerTerminated),
-                }
-            }
+            Verdict::Accepted(payload) => match self.deliver(events, payload) {
+                Ok(()) => Ok(()),
+                Err(Some(cause)) => Err(self.terminate(cause)),
+                Err(None) => Err(Stop::PeerTerminated),
+            },
         }
     }
 
-    /// Applies an accepted segment to the stream state and emits its events. `Err(None)`:
-    /// the peer terminated.
+    /// Applies the accepted segment (its header `parsed`, `payload` octets) to the stream
+    /// state and emits its events. `Err(None)`: the peer terminated.
     fn deliver<E: RxEvents>(
         &mut self,
         events: &mut E,
-        h: &UlpduHeader,
         payload: u16,
     ) -> Result<(), Option<TermCause>> {
+        // Borrowed in place, beside the fields it updates: the header is over a hundred
+        // octets.
+        let DdpRx {
+            parsed,
+            orq,
+            write_len,
+            state,
+            queues,
+            ird_used,
+            ..
+        } = self;
+        // Not reached: `decide` set the header with the verdict.
+        let h = parsed
+            .as_ref()
+            .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
         let len = u32::from(payload);
         match h.placement {
             Placement::Tagged { .. } if h.opcode == Opcode::ReadResponse => {
                 // validate(): the segment fits the oldest outstanding Read.
-                self.orq.advance(len);
+                orq.advance(len);
                 if !h.last {
                     return Ok(());
                 }
-                let read = self
-                    .orq
+                let read = orq
                     .complete()
                     .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
                 let done = TaggedDone {
@@ -730,12 +736,12 @@ impl<S: Store> DdpRx<S> {
                 events.tagged_done(&done).map_err(Some)
             }
             Placement::Tagged { stag, .. } => {
-                let total = self.write_len.saturating_add(u64::from(len));
+                let total = write_len.saturating_add(u64::from(len));
                 if !h.last {
-                    self.write_len = total;
+                    *write_len = total;
                     return Ok(());
                 }
-                self.write_len = 0;
+                *write_len = 0;
                 let done = TaggedDone {
                     opcode: h.opcode,
                     stag,
@@ -745,13 +751,13 @@ impl<S: Store> DdpRx<S> {
             }
             Placement::Untagged { qn, msn, mo } => {
                 if let RdmapHeader::Terminate(t) = &h.rdmap {
-                    self.state = RxState::PeerTerminated;
+                    *state = RxState::PeerTerminated;
                     events.terminate_received(Some(t));
                     return Err(None);
                 }
                 let q = usize::try_from(qn)
                     .ok()
-                    .and_then(|i| self.queues.get_mut(i))
+                    .and_then(|i| queues.get_mut(i))
                     .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
                 // validate(): mo + len fits.
                 let end = mo.saturating_add(len);
@@ -764,11 +770,11 @@ impl<S: Store> DdpRx<S> {
                 }
                 match &h.rdmap {
                     RdmapHeader::ReadRequest(rr) => {
-                        self.ird_used = self.ird_used.saturating_add(1);
+                        *ird_used = ird_used.saturating_add(1);
                         events.read_request(rr).map_err(Some)
                     }
                     RdmapHeader::AtomicRequest(a) => {
-                        self.ird_used = self.ird_used.saturating_add(1);
+                        *ird_used = ird_used.saturating_add(1);
                         events.atomic_request(a).map_err(Some)
                     }
                     RdmapHeader::AtomicResponse(a) => events.atomic_response(a).map_err(Some),
