@@ -195,8 +195,9 @@ pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents, S: Store = Fixed> {
     events: &'a mut E,
 }
 
-/// Octets of a segment's header collected before anything is decided: the shortest ULPDU
-/// header, a tagged DDP header. Their first two tell the whole header's length
+/// Octets of a segment's header collected before anything is decided, where the stream
+/// cannot show the first two ([`DdpRx::peek_header_len`]): the shortest ULPDU header, a
+/// tagged DDP header. Their first two tell the whole header's length
 /// ([`UlpduHeader::header_len_hint`]), so that most headers are parsed once. A shorter
 /// ULPDU is decided when it ends.
 const FIRST_TAKE: usize = ddp::TAGGED_LEN;
@@ -376,6 +377,21 @@ impl<S: Store> DdpRx<S> {
 
     fn header_bytes(&self) -> &[u8] {
         self.hdr.get(..self.got).unwrap_or(&[])
+    }
+
+    /// Where `s` can show the segment's first two octets without consuming them, sets
+    /// `need` to the header length they name ([`UlpduHeader::header_len_hint`]), so that
+    /// the header is collected in one take; otherwise `need` stays [`FIRST_TAKE`].
+    fn peek_header_len<R: RxStream>(&mut self, s: &mut R) {
+        let mut start = [0u8; ddp::CTRL_LEN];
+        if s.peek(&mut start) != start.len() {
+            return;
+        }
+        if let Some(n) = UlpduHeader::header_len_hint(&start, self.cfg.wire)
+            .filter(|&n| n <= usize::from(self.ulpdu_len))
+        {
+            self.need = n;
+        }
     }
 
     /// Takes up to `want` header octets in total from `s`.
@@ -566,6 +582,9 @@ impl<S: Store> DdpRx<S> {
             }
             match self.phase {
                 Phase::Header => {
+                    if self.got == 0 {
+                        self.peek_header_len(s);
+                    }
                     self.take_header(s, self.need);
                     if self.got < self.need.min(usize::from(self.ulpdu_len)) {
                         continue;
