@@ -434,19 +434,22 @@ impl DdpTx {
         }
         let qn = opcode.queue();
         let msn = qn.and_then(|q| self.next_msn(q)).unwrap_or_default();
-        let mut cur = Current {
+        // Built in place: a message is about a hundred octets.
+        let cur = self.cur.insert(Current {
             msg,
             msn,
             sent: 0,
             header_len: 0,
-        };
-        let header = header_for(&cur, true);
-        header.validate(self.cfg).map_err(StartError::Header)?;
+        });
+        let header = header_for(cur, true);
+        if let Err(e) = header.validate(self.cfg) {
+            self.cur = None;
+            return Err(StartError::Header(e));
+        }
         cur.header_len = header.buffer_len();
         if let Some(q) = qn {
             self.set_next_msn(q, msn.wrapping_add(1));
         }
-        self.cur = Some(cur);
         Ok(Started {
             opcode,
             queue: qn.map(|q| (q, msn)),
