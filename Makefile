@@ -10,6 +10,7 @@
 #   make check           all tests: host (cargo) and guest (pytest in the debug kernel)
 #   make bench           rsiw vs siw (bandwidth, latency, kernel memory) as ratios
 #   make bench-profile   instructions per latency iteration or connection, rsiw vs siw
+#   make bench-lat       rsiw's 8-octet ib_send_lat and ib_read_lat, one run each
 #   make vm-run CMD=...  run CMD as root in a VM (KERNEL=debug|stock)
 #   make host-test       only the host tests of the protocol core
 #
@@ -65,7 +66,10 @@ bench:
 bench-profile:
 	tests/bench-profile.sh
 
+bench-lat:
+	tests/bench-lat.sh
+
 soak:
 	tests/soak.sh
 
-.PHONY: all module clean install host-test vm-run check demo bench bench-profile soak
+.PHONY: all module clean install host-test vm-run check demo bench bench-profile bench-lat soak
