@@ -364,6 +364,20 @@ impl RxStream for ChunkStream<'_, '_, '_> {
         }
     }
 
+    fn peek(&mut self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.available()).min(WINDOW);
+        match dst.get_mut(..n) {
+            Some(d) => {
+                if self.copy_out(d).is_ok() {
+                    n
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        }
+    }
+
     fn skip(&mut self, len: usize, crc: Option<&mut u32>) {
         if let Some(c) = crc {
             let mut buf = [0u8; 64];

@@ -505,8 +505,9 @@ impl Conn {
         }
     }
 
-    /// Asks the session to admit SQE `w`, the SQ head. A Read's sink is checked first:
-    /// every ORQ entry has its Request sent.
+    /// Asks the session to admit SQE `w`, the SQ head, where it has anything to decide
+    /// ([`SqHead::needs_admit`]). A Read's sink is checked first: every ORQ entry has its
+    /// Request sent.
     fn admit_sqe(&self, pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> HeadAdmit {
         let read = if w.opcode.is_read() {
             match read_sink(pd, qp, w) {
@@ -520,6 +521,10 @@ impl Conn {
             fenced: w.flags & READ_FENCE != 0,
             read,
         };
+        if !head.needs_admit() {
+            // Admitted by the session's offer of the SQ in `next_job`: no receive lock.
+            return HeadAdmit::Go(None);
+        }
         let admit = self.rx.lock().session.admit(&head);
         match admit {
             Admit::Wait => HeadAdmit::Wait,

@@ -195,6 +195,13 @@ pub struct DdpReceiver<'a, M: MemoryLookup, E: RxEvents, S: Store = Fixed> {
     events: &'a mut E,
 }
 
+/// Octets of a segment's header collected before anything is decided, where the stream
+/// cannot show the first two ([`DdpRx::peek_header_len`]): the shortest ULPDU header, a
+/// tagged DDP header. Their first two tell the whole header's length
+/// ([`UlpduHeader::header_len_hint`]), so that most headers are parsed once. A shorter
+/// ULPDU is decided when it ends.
+const FIRST_TAKE: usize = ddp::TAGGED_LEN;
+
 /// The right a tagged segment of `op` needs on its STag: local write for a Read
 /// Response (the sink this side named in its Read Request), remote write for an RDMA
 /// Write (RFC 5040 §5.1, §5.2).
@@ -357,7 +364,7 @@ impl<S: Store> DdpRx<S> {
     fn begin_segment(&mut self, len: u16) {
         self.ulpdu_len = len;
         self.got = 0;
-        self.need = ddp::CTRL_LEN;
+        self.need = FIRST_TAKE;
         self.verdict = Verdict::Open;
         self.parsed = None;
         self.placed = 0;
@@ -370,6 +377,21 @@ impl<S: Store> DdpRx<S> {
 
     fn header_bytes(&self) -> &[u8] {
         self.hdr.get(..self.got).unwrap_or(&[])
+    }
+
+    /// Where `s` can show the segment's first two octets without consuming them, sets
+    /// `need` to the header length they name ([`UlpduHeader::header_len_hint`]), so that
+    /// the header is collected in one take; otherwise `need` stays [`FIRST_TAKE`].
+    fn peek_header_len<R: RxStream>(&mut self, s: &mut R) {
+        let mut start = [0u8; ddp::CTRL_LEN];
+        if s.peek(&mut start) != start.len() {
+            return;
+        }
+        if let Some(n) = UlpduHeader::header_len_hint(&start, self.cfg.wire)
+            .filter(|&n| n <= usize::from(self.ulpdu_len))
+        {
+            self.need = n;
+        }
     }
 
     /// Takes up to `want` header octets in total from `s`.
@@ -560,9 +582,22 @@ impl<S: Store> DdpRx<S> {
             }
             match self.phase {
                 Phase::Header => {
+                    if self.got == 0 {
+                        self.peek_header_len(s);
+                    }
                     self.take_header(s, self.need);
                     if self.got < self.need.min(usize::from(self.ulpdu_len)) {
                         continue;
+                    }
+                    if self.got == FIRST_TAKE {
+                        // Collect the whole header the opcode names before parsing it.
+                        let hint = UlpduHeader::header_len_hint(self.header_bytes(), self.cfg.wire);
+                        if let Some(n) =
+                            hint.filter(|&n| n > self.got && n <= usize::from(self.ulpdu_len))
+                        {
+                            self.need = n;
+                            continue;
+                        }
                     }
                     let last = self.got >= usize::from(self.ulpdu_len);
                     self.decide(mem, last);
@@ -671,39 +706,45 @@ impl<S: Store> DdpRx<S> {
                 events.terminate_received(None);
                 Err(Stop::PeerTerminated)
             }
-            Verdict::Accepted(payload) => {
-                let delivered = match self.parsed {
-                    Some(h) => self.deliver(events, &h, payload),
-                    // Not reached: `decide` set the header with the verdict.
-                    None => Err(Some(TermCause::ddp(DdpError::LocalCatastrophic))),
-                };
-                match delivered {
-                    Ok(()) => Ok(()),
-                    Err(Some(cause)) => Err(self.terminate(cause)),
-                    Err(None) => Err(Stop::PeerTerminated),
-                }
-            }
+            Verdict::Accepted(payload) => match self.deliver(events, payload) {
+                Ok(()) => Ok(()),
+                Err(Some(cause)) => Err(self.terminate(cause)),
+                Err(None) => Err(Stop::PeerTerminated),
+            },
         }
     }
 
-    /// Applies an accepted segment to the stream state and emits its events. `Err(None)`:
-    /// the peer terminated.
+    /// Applies the accepted segment (its header `parsed`, `payload` octets) to the stream
+    /// state and emits its events. `Err(None)`: the peer terminated.
     fn deliver<E: RxEvents>(
         &mut self,
         events: &mut E,
-        h: &UlpduHeader,
         payload: u16,
     ) -> Result<(), Option<TermCause>> {
+        // Borrowed in place, beside the fields it updates: the header is over a hundred
+        // octets.
+        let DdpRx {
+            parsed,
+            orq,
+            write_len,
+            state,
+            queues,
+            ird_used,
+            ..
+        } = self;
+        // Not reached: `decide` set the header with the verdict.
+        let h = parsed
+            .as_ref()
+            .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
         let len = u32::from(payload);
         match h.placement {
             Placement::Tagged { .. } if h.opcode == Opcode::ReadResponse => {
                 // validate(): the segment fits the oldest outstanding Read.
-                self.orq.advance(len);
+                orq.advance(len);
                 if !h.last {
                     return Ok(());
                 }
-                let read = self
-                    .orq
+                let read = orq
                     .complete()
                     .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
                 let done = TaggedDone {
@@ -714,12 +755,12 @@ impl<S: Store> DdpRx<S> {
                 events.tagged_done(&done).map_err(Some)
             }
             Placement::Tagged { stag, .. } => {
-                let total = self.write_len.saturating_add(u64::from(len));
+                let total = write_len.saturating_add(u64::from(len));
                 if !h.last {
-                    self.write_len = total;
+                    *write_len = total;
                     return Ok(());
                 }
-                self.write_len = 0;
+                *write_len = 0;
                 let done = TaggedDone {
                     opcode: h.opcode,
                     stag,
@@ -729,13 +770,13 @@ impl<S: Store> DdpRx<S> {
             }
             Placement::Untagged { qn, msn, mo } => {
                 if let RdmapHeader::Terminate(t) = &h.rdmap {
-                    self.state = RxState::PeerTerminated;
+                    *state = RxState::PeerTerminated;
                     events.terminate_received(Some(t));
                     return Err(None);
                 }
                 let q = usize::try_from(qn)
                     .ok()
-                    .and_then(|i| self.queues.get_mut(i))
+                    .and_then(|i| queues.get_mut(i))
                     .ok_or(Some(TermCause::ddp(DdpError::LocalCatastrophic)))?;
                 // validate(): mo + len fits.
                 let end = mo.saturating_add(len);
@@ -748,11 +789,11 @@ impl<S: Store> DdpRx<S> {
                 }
                 match &h.rdmap {
                     RdmapHeader::ReadRequest(rr) => {
-                        self.ird_used = self.ird_used.saturating_add(1);
+                        *ird_used = ird_used.saturating_add(1);
                         events.read_request(rr).map_err(Some)
                     }
                     RdmapHeader::AtomicRequest(a) => {
-                        self.ird_used = self.ird_used.saturating_add(1);
+                        *ird_used = ird_used.saturating_add(1);
                         events.atomic_request(a).map_err(Some)
                     }
                     RdmapHeader::AtomicResponse(a) => events.atomic_response(a).map_err(Some),

@@ -391,6 +391,7 @@ impl DdpTx {
     /// Payload octets of the current message not yet sent (0 when idle).
     pub fn remaining(&self) -> u32 {
         self.cur
+            .as_ref()
             .map_or(0, |c| c.msg.payload_len().saturating_sub(c.sent))
     }
 
@@ -433,19 +434,22 @@ impl DdpTx {
         }
         let qn = opcode.queue();
         let msn = qn.and_then(|q| self.next_msn(q)).unwrap_or_default();
-        let cur = Current {
+        // Built in place: a message is about a hundred octets.
+        let cur = self.cur.insert(Current {
             msg,
             msn,
             sent: 0,
             header_len: 0,
-        };
-        let header = header_for(&cur, true);
-        header.validate(self.cfg).map_err(StartError::Header)?;
-        let header_len = header.buffer_len();
+        });
+        let header = header_for(cur, true);
+        if let Err(e) = header.validate(self.cfg) {
+            self.cur = None;
+            return Err(StartError::Header(e));
+        }
+        cur.header_len = header.buffer_len();
         if let Some(q) = qn {
             self.set_next_msn(q, msn.wrapping_add(1));
         }
-        self.cur = Some(Current { header_len, ..cur });
         Ok(Started {
             opcode,
             queue: qn.map(|q| (q, msn)),
@@ -459,8 +463,8 @@ impl DdpTx {
     }
 
     /// Header and payload octets of the next segment under the MULPDU in force.
-    fn plan(&self) -> Result<(Current, u32), NextError> {
-        let cur = self.cur.ok_or(NextError::Idle)?;
+    fn plan(&self) -> Result<(&Current, u32), NextError> {
+        let cur = self.cur.as_ref().ok_or(NextError::Idle)?;
         let mulpdu = self.mpa.config().mulpdu.min(MULPDU_MAX);
         let remaining = cur.msg.payload_len().saturating_sub(cur.sent);
         let room = usize::from(mulpdu).saturating_sub(cur.header_len);
@@ -504,8 +508,10 @@ impl DdpTx {
         let last = sent_after >= cur.msg.payload_len();
         // ULPDU_Length, then the header (MPA fills in the length).
         let mut buf = [0u8; 2 + MAX_HEADER_LEN];
-        let n = header_for(&cur, last)
-            .emit_into(buf.get_mut(2..).unwrap_or(&mut []), self.cfg)
+        // start() validated the first segment's header; the others differ from it only
+        // in L, TO and MO.
+        let n = header_for(cur, last)
+            .emit_validated_into(buf.get_mut(2..).unwrap_or(&mut []), self.cfg)
             .map_err(NextError::Header)?;
         let framed = buf.get_mut(..2 + n).unwrap_or(&mut []);
         let wire_len = self
@@ -514,14 +520,10 @@ impl DdpTx {
             .map_err(NextError::Mpa)?;
         self.fpdus = self.fpdus.wrapping_add(1);
         self.octets = self.octets.wrapping_add(wire_len as u64);
-        self.cur = if last {
-            None
-        } else {
-            Some(Current {
-                sent: sent_after,
-                ..cur
-            })
-        };
+        match self.cur.as_mut() {
+            Some(c) if !last => c.sent = sent_after,
+            _ => self.cur = None,
+        }
         Ok(FpduInfo {
             // n + chunk <= MULPDU, checked by plan().
             ulpdu_len: u16::try_from(n.saturating_add(chunk as usize)).unwrap_or(u16::MAX),

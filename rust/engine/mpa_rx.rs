@@ -162,6 +162,14 @@ impl<S: RxStream> RxStream for UlpduView<'_, S> {
         self.consumed += n;
         self.raw.skip(n, self.crc.as_deref_mut());
     }
+
+    fn peek(&mut self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.left());
+        match dst.get_mut(..n) {
+            Some(d) => self.raw.peek(d),
+            None => 0,
+        }
+    }
 }
 
 impl MpaRx {

@@ -86,6 +86,14 @@ pub trait RxStream {
 
     /// Consumes `len` octets and discards them.
     fn skip(&mut self, len: usize, crc: Option<&mut u32>);
+
+    /// Copies the next octets into `dst` without consuming them, as many as are available
+    /// up to `dst.len()`, and returns how many. A stream that cannot look ahead returns 0
+    /// (this default): the engines then learn the octets by consuming them.
+    fn peek(&mut self, dst: &mut [u8]) -> usize {
+        let _ = dst;
+        0
+    }
 }
 
 /// A sink for transmitted FPDU octets.

@@ -365,6 +365,32 @@ impl UlpduHeader {
         }
     }
 
+    /// The length in octets of the ULPDU header that starts with `start` (at least its
+    /// first [`ddp::CTRL_LEN`] octets), as far as they tell: the DDP header and the
+    /// opcode's RDMAP header, of which a Terminate's first [`terminate::CTRL_LEN`] octets
+    /// (its flags tell the rest). A streaming receiver collects that many octets before
+    /// it calls [`UlpduHeader::parse`] instead of calling it on every prefix. `None` if
+    /// `start` is shorter or names no opcode `cfg` allows; [`UlpduHeader::parse`] then
+    /// says what is wrong. Nothing else is checked.
+    pub fn header_len_hint(start: &[u8], cfg: Config) -> Option<usize> {
+        let (c0, c1) = (*start.first()?, *start.get(1)?);
+        let opcode = rdmap::Ctrl::parse(c1, cfg.rdmap, cfg.rfc7306).ok()?.opcode;
+        let rdmap = match opcode {
+            Opcode::ReadRequest => ReadRequest::LEN,
+            Opcode::ImmediateData | Opcode::ImmediateDataSe => ImmediateData::LEN,
+            Opcode::AtomicRequest => AtomicRequest::LEN,
+            Opcode::AtomicResponse => AtomicResponse::LEN,
+            Opcode::Terminate => terminate::CTRL_LEN,
+            Opcode::Write
+            | Opcode::ReadResponse
+            | Opcode::Send
+            | Opcode::SendInvalidate
+            | Opcode::SendSe
+            | Opcode::SendSeInvalidate => 0,
+        };
+        Some(ddp::header_len(c0) + rdmap)
+    }
+
     /// Parses and validates the ULPDU header at the start of `buf` (a ULPDU, or as much of
     /// one as has arrived) for a connection with `cfg`; returns the header and its length
     /// in octets (the ULP payload starts there). Reserved bits are ignored, as is the
@@ -545,6 +571,18 @@ impl UlpduHeader {
     /// [`EmitError`]; nothing useful is written then.
     pub fn emit_into(&self, buf: &mut [u8], cfg: Config) -> Result<usize, EmitError> {
         self.validate(cfg)?;
+        self.emit_validated_into(buf, cfg)
+    }
+
+    /// [`UlpduHeader::emit_into`] without [`UlpduHeader::validate`], for a header built
+    /// from one that passed it on this connection by changing only its L bit, TO, MSN or
+    /// MO (a builder's later segments): what is written then parses back unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`EmitError::BufferTooSmall`], or [`EmitError::EtypeRange`] for a Terminate
+    /// header with an etype over 4 bits; nothing useful is written then.
+    pub fn emit_validated_into(&self, buf: &mut [u8], cfg: Config) -> Result<usize, EmitError> {
         let len = self.buffer_len();
         let out = buf.get_mut(..len).ok_or(EmitError::BufferTooSmall)?;
         let hl = self

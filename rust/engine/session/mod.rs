@@ -179,7 +179,7 @@ pub enum Transmit {
     /// [`Session::read_response_sent`] before its last octet can reach the peer.
     ReadResponse(ReadRequest),
     /// Nothing of the session's own is due: look at the SQ head and ask
-    /// [`Session::admit`].
+    /// [`Session::admit`] if [`SqHead::needs_admit`] says so.
     SendQueue,
 }
 
@@ -191,6 +191,17 @@ pub struct SqHead {
     pub fenced: bool,
     /// An RDMA Read and the Data Sink its Request names.
     pub read: Option<ReadSink>,
+}
+
+impl SqHead {
+    /// Whether [`Session::admit`] has anything to decide for this head. A work request
+    /// that is neither fenced nor an RDMA Read may be sent whenever
+    /// [`Session::poll_transmit`] offers the SQ ([`Transmit::SendQueue`], which it does
+    /// only while the session is active): `admit` would answer [`Admit::Go`] and change
+    /// nothing, so the shell may send it without asking.
+    pub const fn needs_admit(&self) -> bool {
+        self.fenced || self.read.is_some()
+    }
 }
 
 /// The answer of [`Session::admit`].

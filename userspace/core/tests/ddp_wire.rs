@@ -963,6 +963,18 @@ proptest! {
     fn ulpdu_roundtrip((cfg, h) in arb_cfg_and_ulpdu()) {
         let b = emit(&h, cfg);
         prop_assert_eq!(UlpduHeader::parse(&b, cfg), Ok((h, b.len())));
+        // The first two octets name the header's length (a Terminate's: at least its
+        // fixed part), never more than it has.
+        let hint = UlpduHeader::header_len_hint(&b[..2], cfg).unwrap();
+        if h.opcode == Opcode::Terminate {
+            prop_assert!(hint <= b.len());
+        } else {
+            prop_assert_eq!(hint, b.len());
+        }
+        // A validated header emits the same octets without the validation.
+        let mut unchecked = [0u8; MAX_HEADER_LEN];
+        let n = h.emit_validated_into(&mut unchecked, cfg).unwrap();
+        prop_assert_eq!(&unchecked[..n], &b[..]);
         // Trailing payload does not change the header.
         let mut more = b.clone();
         more.extend_from_slice(&[0xA5; 9]);

@@ -428,7 +428,8 @@ pub struct Outcome {
     pub consumed: usize,
 }
 
-/// Feeds `data` to `dec` in chunks of the sizes `sizes` cycles through (0 counts as 1) and
+/// Feeds `data` to `dec` in chunks of the sizes `sizes` cycles through (0 counts as 1),
+/// every other chunk from a stream that cannot look ahead ([`RxStream::peek`]), and
 /// checks the invariants every run must keep:
 /// - every octet offered is consumed;
 /// - no placement in a call after the one that returned a TERMINATE (or after the peer's);
@@ -455,6 +456,7 @@ pub fn run(
         i += 1;
         let end = (pos + n).min(data.len());
         let mut s = SliceRx::new(&data[pos..end]);
+        s.peek = i % 2 == 1;
         let r = dec.process(&mut s, mem, ev);
         assert_eq!(s.pos, end - pos, "decoder left octets unconsumed");
         consumed += s.pos;

@@ -34,6 +34,8 @@ pub struct SliceRx<'a> {
     pub placed: Vec<(PlaceTarget, Vec<u8>)>,
     /// When set, every placement is recorded and then refused with this error.
     pub fail_place: Option<PlaceError>,
+    /// Whether [`RxStream::peek`] shows octets (a stream that cannot look ahead returns 0).
+    pub peek: bool,
 }
 
 impl<'a> SliceRx<'a> {
@@ -43,6 +45,7 @@ impl<'a> SliceRx<'a> {
             pos: 0,
             placed: Vec::new(),
             fail_place: None,
+            peek: true,
         }
     }
     fn next(&mut self, len: usize) -> &'a [u8] {
@@ -82,6 +85,14 @@ impl RxStream for SliceRx<'_> {
     fn skip(&mut self, len: usize, crc: Option<&mut u32>) {
         let s = self.next(len);
         fold(crc, s);
+    }
+    fn peek(&mut self, dst: &mut [u8]) -> usize {
+        if !self.peek {
+            return 0;
+        }
+        let n = dst.len().min(self.available());
+        dst[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+        n
     }
 }
 
