@@ -53,6 +53,7 @@ experiment failed). RSIW_BENCH_ROUNDS sets the rounds
 (default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches, RSIW_BENCH_MTU
 sets the path MTU (octets).
 """
+import contextlib
 import datetime
 import json
 import os
@@ -85,6 +86,23 @@ def sh(cmd, check=True):
     if check and p.returncode != 0:
         sys.exit(f"bench: command failed ({p.returncode}): {cmd}\n{p.stdout}{p.stderr}")
     return p.stdout
+
+
+@contextlib.contextmanager
+def topology(mtu=1500):
+    """Loads the RDMA core's modules and, for the `with` block, sets up the topology the
+    perftest measures run on: lo and the dummy netdev NET (address ADDR) at path MTU
+    `mtu` (octets). Afterwards NET is gone and lo has its MTU back."""
+    sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
+    lo_mtu = open("/sys/class/net/lo/mtu").read().strip()
+    sh(f"ip link set lo mtu {mtu}")
+    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu {mtu} && "
+       f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
+    try:
+        yield
+    finally:
+        sh(f"ip link del {NET}", check=False)
+        sh(f"ip link set lo mtu {lo_mtu}", check=False)
 
 
 def load(mod, crc=False):

@@ -36,8 +36,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import (ADDR, NET, RunFailed, client_server, events, load, perftest,  # noqa: E402
-                   result_row, sh, ucmatose, unload)
+from bench import (RunFailed, client_server, events, load, perftest, result_row,  # noqa: E402
+                   topology, ucmatose, unload)
 
 TOOL = os.environ.get("RSIW_PROF_TOOL", "ib_send_lat")
 CONNECT = TOOL == "ucmatose"
@@ -146,16 +146,8 @@ def per_iter(samples):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    sh("modprobe -a ib_core ib_uverbs iw_cm rdma_cm rdma_ucm", check=False)
-    lo_mtu = open("/sys/class/net/lo/mtu").read().strip()
-    sh("ip link set lo mtu 1500")
-    sh(f"ip link add {NET} type dummy && ip link set {NET} mtu 1500 && "
-       f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
-    try:
+    with topology():
         res = {m: record(m) for m in ("siw", "rsiw")}
-    finally:
-        sh(f"ip link del {NET}", check=False)
-        sh(f"ip link set lo mtu {lo_mtu}", check=False)
     s, r = res["siw"][1], res["rsiw"][1]
     what = "connection" if CONNECT else "iteration"
     lines = [f"# {TOOL}{'' if CONNECT else ' 8 B'}: instructions per {what}, rsiw against "
