@@ -366,15 +366,13 @@ impl RxStream for ChunkStream<'_, '_, '_> {
 
     fn peek(&mut self, dst: &mut [u8]) -> usize {
         let n = dst.len().min(self.available()).min(WINDOW);
-        match dst.get_mut(..n) {
-            Some(d) => {
-                if self.copy_out(d).is_ok() {
-                    n
-                } else {
-                    0
-                }
-            }
-            None => 0,
+        let Some(d) = dst.get_mut(..n) else {
+            return 0;
+        };
+        if self.copy_out(d).is_ok() {
+            n
+        } else {
+            0
         }
     }
 

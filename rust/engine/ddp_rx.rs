@@ -233,7 +233,7 @@ impl<S: Store> DdpRx<S> {
             ulpdu_len: 0,
             hdr: [0; MAX_HEADER_LEN],
             got: 0,
-            need: ddp::CTRL_LEN,
+            need: FIRST_TAKE,
             verdict: Verdict::Open,
             parsed: None,
             placed: 0,
@@ -256,7 +256,7 @@ impl<S: Store> DdpRx<S> {
         self.ulpdu_len = 0;
         self.hdr = [0; MAX_HEADER_LEN];
         self.got = 0;
-        self.need = ddp::CTRL_LEN;
+        self.need = FIRST_TAKE;
         self.verdict = Verdict::Open;
         self.parsed = None;
         self.placed = 0;
@@ -387,11 +387,17 @@ impl<S: Store> DdpRx<S> {
         if s.peek(&mut start) != start.len() {
             return;
         }
-        if let Some(n) = UlpduHeader::header_len_hint(&start, self.cfg.wire)
-            .filter(|&n| n <= usize::from(self.ulpdu_len))
-        {
+        if let Some(n) = self.hinted_header_len(&start) {
             self.need = n;
         }
+    }
+
+    /// The header length the segment's first octets `start` name
+    /// ([`UlpduHeader::header_len_hint`]), if the ULPDU is that long; otherwise `None`
+    /// (the parse then says what is wrong).
+    fn hinted_header_len(&self, start: &[u8]) -> Option<usize> {
+        UlpduHeader::header_len_hint(start, self.cfg.wire)
+            .filter(|&n| n <= usize::from(self.ulpdu_len))
     }
 
     /// Takes up to `want` header octets in total from `s`.
@@ -591,10 +597,8 @@ impl<S: Store> DdpRx<S> {
                     }
                     if self.got == FIRST_TAKE {
                         // Collect the whole header the opcode names before parsing it.
-                        let hint = UlpduHeader::header_len_hint(self.header_bytes(), self.cfg.wire);
-                        if let Some(n) =
-                            hint.filter(|&n| n > self.got && n <= usize::from(self.ulpdu_len))
-                        {
+                        let hint = self.hinted_header_len(self.header_bytes());
+                        if let Some(n) = hint.filter(|&n| n > self.got) {
                             self.need = n;
                             continue;
                         }
