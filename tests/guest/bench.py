@@ -245,10 +245,32 @@ def bw_iters(size):
     return 10000 if size <= 4096 else 400 if size <= 65536 else 200
 
 
+def send_credit_depth(tool, iters):
+    """The receive depth (`-r`) that keeps perftest's Send credits from deadlocking an
+    `ib_send_bw -e` run of `iters` messages.
+
+    On an iWARP device perftest's Send tests use credits: the server RDMA-Writes its count
+    of polled receives into the client every third of the receive depth (default 512),
+    and the client posts no Send more than the receive depth ahead of that count. The
+    Write completes nothing at the client, so in event mode a client held by the credits
+    sleeps until a Send completion wakes it. Once every signalled Send it posted has
+    completed, none does: the run hangs. That happens whenever the server's polling
+    falls about a receive depth behind the Sends, which nothing else prevents: the
+    provider places Sends into the posted receives without the server process, and a
+    Send completes once TCP has queued it (in the C siw too). On two vCPUs without
+    icount, one run in
+    four or eight of rsiw's 4 KiB `ib_send_bw -e -n 10000` hung with the client exactly
+    512 Sends past the last credit (2026-12-07). With the depth at `iters` (perftest
+    lowers any larger one to it), the client is held only at its last Send, and only if
+    the server has not polled a third of the messages by then (its first credit)."""
+    return ["-r", str(iters)] if tool == "ib_send_bw" and events(tool) else []
+
+
 def bw(tool, size, wrap=()):
     """Bandwidth of `tool` at `size` octets (MB/s, 2^20 octets per MB)."""
-    _, row = result_row(perftest(tool, ["-s", str(size), "-n", str(bw_iters(size))]
-                                 + events(tool), wrap=wrap)[0])
+    n = bw_iters(size)
+    _, row = result_row(perftest(tool, ["-s", str(size), "-n", str(n)] + events(tool)
+                                 + send_credit_depth(tool, n), wrap=wrap)[0])
     return float(row[3])  # BW average [MB/sec]
 
 
