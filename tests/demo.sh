@@ -10,5 +10,5 @@
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p "$RSIW_TOP/build"
-"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout 1500 -- \
+"$RSIW_TOP/tests/vm-run.sh" --kernel stock --timeout 2100 -- \
 	env RSIW_DEMO_LOG=build/demo.log python3 tests/guest/demo.py
