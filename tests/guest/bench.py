@@ -258,11 +258,11 @@ def send_credit_depth(tool, iters):
     falls about a receive depth behind the Sends, which nothing else prevents: the
     provider places Sends into the posted receives without the server process, and a
     Send completes once TCP has queued it (in the C siw too). On two vCPUs without
-    icount, one run in
-    four or eight of rsiw's 4 KiB `ib_send_bw -e -n 10000` hung with the client exactly
-    512 Sends past the last credit (2026-12-07). With the depth at `iters` (perftest
-    lowers any larger one to it), the client is held only at its last Send, and only if
-    the server has not polled a third of the messages by then (its first credit)."""
+    icount, one run in four or eight of rsiw's 4 KiB `ib_send_bw -e -n 10000` hung with
+    the client exactly 512 Sends past a credit (2026-12-07). With the depth at `iters`
+    (perftest lowers any larger one to it), the client is held only at its last Send,
+    and only if the server has not polled a third of the messages by then (its first
+    credit)."""
     return ["-r", str(iters)] if tool == "ib_send_bw" and events(tool) else []
 
 
