@@ -325,7 +325,8 @@ impl LinkHandler for Link {
         )?;
         // One completion vector per possible CPU id, as the C siw offers: libraries spread
         // their CQs over the vectors. Vector `v` is CPU `v`: a CQ's completion handler runs
-        // there (`IbCq::call_comp_handler`), as an RNIC's interrupt affinity places it.
+        // there for kernel CQs (`IbCq::call_comp_handler`), as an RNIC's interrupt affinity
+        // places it; user CQs signal their event queue at once (`Notify::deliver`).
         let vectors = i32::try_from(kernel::cpu::nr_cpu_ids()).unwrap_or(i32::MAX);
         dev.set_identity(eui64(mac), NODE_DESC, vectors);
         dev.set_netdev(ndev)?;

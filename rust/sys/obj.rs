@@ -215,7 +215,10 @@ impl<T> IbCq<T> {
 
     /// Calls the consumer's completion handler (`ib_cq::comp_handler`) here and now, if it
     /// has one.
-    fn run_comp_handler(&self) {
+    ///
+    /// Must not be called with a lock held that the consumer's handler may take (see
+    /// [`IbCq::call_comp_handler`]).
+    pub(crate) fn run_comp_handler(&self) {
         let cq = self.as_raw();
         // SAFETY: the CQ is live (type invariant); the core set `comp_handler` and
         // `cq_context` before calling `create_cq` and does not change them afterwards.
