@@ -470,8 +470,8 @@ def online_cpus():
 
 
 def test_completion_event_on_every_vector_from_another_cpu(ctx):
-    # Pinned to one CPU, the flush completes there; a CQ on another CPU's vector has its
-    # handler (uverbs' event) called from that CPU's work item, which still wakes the channel.
+    # Pinned to one CPU, the flush completes there; a CQ on any vector still wakes its
+    # channel (the CPU hop, or its absence, is test_user_cq_event_takes_no_work_item's).
     cpus = online_cpus()
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpus[0]})
@@ -495,6 +495,65 @@ def test_completion_event_on_every_vector_from_another_cpu(ctx):
             ch.close()
     finally:
         os.sched_setaffinity(0, old)
+
+
+TRACEFS = "/sys/kernel/tracing"
+
+
+def tracefs_write(path, value):
+    with open(f"{TRACEFS}/{path}", "w") as f:
+        f.write(value)
+
+
+def test_user_cq_event_takes_no_work_item(ctx):
+    # A user CQ's handler (uverbs' `ib_uverbs_comp_handler`) only queues an event and wakes
+    # its reader: rsiw calls it on the completing CPU, where a kernel CQ's handler goes to
+    # its vector's CPU through a work item (rust/cq.rs, `Notify::deliver`). Pinned to CPU 0
+    # with the CQ on vector 1, the flush completion would take that hop; the work queue's
+    # tracepoint must not see rsiw's completion work function queued.
+    cpus = online_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two online CPUs")
+    # The name the tracepoint prints for the work function: a missing symbol would make
+    # the check below pass for nothing.
+    work_fn = "comp_work_c"
+    syms = [l for l in open("/proc/kallsyms") if work_fn in l and "[rsiw]" in l]
+    assert syms, f"no rsiw symbol containing {work_fn} in /proc/kallsyms"
+    if not os.path.isdir(f"{TRACEFS}/events"):
+        sh(f"mount -t tracefs nodev {TRACEFS}")
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    tracefs_write("trace", "")
+    tracefs_write("events/workqueue/workqueue_queue_work/enable", "1")
+    tracefs_write("tracing_on", "1")
+    try:
+        pd = PD(ctx)
+        mr = MR(pd, 4096, ACCESS)
+        ch, chfd = comp_channel(ctx)
+        cq = CQ(ctx, 16, None, ch, cpus[1])
+        qp = make_qp(pd, cq)
+        modify(qp, e.IBV_QPS_INIT)
+        for i in range(8):
+            qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+        cq.req_notify()
+        modify(qp, e.IBV_QPS_ERR)
+        assert readable(chfd), "no completion event for the flush completions"
+        ch.get_cq_event(cq)
+        cq.ack_events(1)
+        assert [w.wr_id for w in poll_all(cq, 8)] == list(range(8))
+        tracefs_write("tracing_on", "0")
+        with open(f"{TRACEFS}/trace") as f:
+            queued = [l for l in f if "workqueue_queue_work" in l]
+        qp.close()
+        cq.close()
+        ch.close()
+    finally:
+        tracefs_write("tracing_on", "0")
+        tracefs_write("events/workqueue/workqueue_queue_work/enable", "0")
+        tracefs_write("trace", "")
+        os.sched_setaffinity(0, old)
+    hops = [l.strip() for l in queued if work_fn in l]
+    assert not hops, f"the user CQ's event went through a work item: {hops[:3]}"
 
 
 def test_cq_overflow_reports_cq_error(ctx):
