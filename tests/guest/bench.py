@@ -8,7 +8,9 @@ $RSIW_BENCH_MTU (default 1500, Ethernet's; lo's own 65536 would let every FPDU f
 64 KiB segment, as no link between two hosts does) and restores lo afterwards.
 tests/bench.sh boots the guest with one vCPU under `-icount shift=0,sleep=off`, where the
 guest's clocks count executed instructions: a cycle or a MB/s measures the instructions the
-kernel and the programs ran, not the host's load.
+kernel and the programs ran, not the host's load. A second boot with two vCPUs under the
+same clock measures the event-mode latencies again (see `cases`), where wake-ups cross
+CPUs; `bench.py merge` puts its table under the first.
 
 The order of the runs is the experiment. For each CRC setting, each round loads the
 providers in the order siw, rsiw, siw, rsiw (slots "a" and "b" of each), and every slot
@@ -49,7 +51,8 @@ Outputs in $RSIW_BENCH_OUT (a directory): bench.md (the table and the conditions
 bench.json (every raw run), profile.md and the perf reports (profile-*.txt);
 `bench.py plot DIR`, which tests/bench.sh runs on the host afterwards, draws throughput.png
 and latency.png from DIR/bench.json (hollow markers and hatched bars: cells whose null
-experiment failed). RSIW_BENCH_ROUNDS sets the rounds
+experiment failed); `bench.py names N` lists the measures of a guest with N vCPUs that
+RSIW_BENCH_ONLY keeps. RSIW_BENCH_ROUNDS sets the rounds
 (default 2), RSIW_BENCH_ONLY=REGEX keeps the measures whose name matches, RSIW_BENCH_MTU
 sets the path MTU (octets).
 """
@@ -484,9 +487,26 @@ BW_TOOLS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 LAT_TOOLS = ("ib_send_lat", "ib_read_lat", "ib_write_lat")
 
 
-def cases():
-    """(name, unit, better, crc, plot key or None, fn) of every measure."""
+SMP_LAT_SIZES = (8, 4096)
+"""Message sizes (octets) of the latency cells of a guest with more than one vCPU."""
+
+
+def cases(vcpus=1):
+    """(name, unit, better, crc, plot key or None, fn) of every measure of a guest with
+    `vcpus` vCPUs. With one, all of them; with more, only the event-mode latencies of
+    ib_send_lat and ib_read_lat at SMP_LAT_SIZES, named with the vCPU count: client and
+    server then sleep and wake across CPUs, where an interrupt to another CPU, a work
+    item or a thread on another CPU costs what one CPU hides. (icount runs the vCPUs
+    round-robin on one host thread and counts the instructions of all of them, so a
+    sleeping benchmark stays a count of instructions; a polling one would measure the
+    round-robin's time slices.)"""
     out = []
+    if vcpus > 1:
+        out = [(f"{t} {size_name(s)}, {vcpus} vCPUs", "cycles", "lower", False, None,
+                lambda t=t, s=s: lat(t, s))
+               for t in LAT_TOOLS[:2] for s in SMP_LAT_SIZES]
+        only = os.environ.get("RSIW_BENCH_ONLY")
+        return [c for c in out if not only or re.search(only, c[0])]
     for crc in (False, True):
         tag = " CRC" if crc else ""
         for t in BW_TOOLS:
@@ -539,12 +559,31 @@ def pct(v):
     return "-" if v is None else f"{v * 100:.1f} %"
 
 
-def markdown(cells, cond):
-    lines = [f"rsiw vs siw, {cond['date']}: {cond['kernel']}, {cond['vcpus']} vCPU, "
-             f"{cond['clock']}, MTU {cond['mtu']}, {cond['rounds']} rounds "
-             f"(each provider {2 * cond['rounds']} runs a cell), rsiw {cond['rsiw']}.",
-             "",
-             "| measure | unit | rsiw (spread) | siw (spread) | rsiw/siw | better "
+def conditions_line(cond):
+    """The sentence stating a boot's conditions `cond` above its table."""
+    return (f"rsiw vs siw, {cond['date']}: {cond['kernel']}, {cond['vcpus']} vCPU"
+            f"{'s' if cond['vcpus'] != 1 else ''}, {cond['clock']}, MTU {cond['mtu']}, "
+            f"{cond['rounds']} rounds (each provider {2 * cond['rounds']} runs a cell), "
+            f"rsiw {cond['rsiw']}.")
+
+
+def markdown(cells, cond, more=()):
+    """The table of `cells` under the conditions `cond`, then one table for each
+    (cells, conditions) of `more` (the boots with more vCPUs)."""
+    tables = [(c, k) for c, k in [(cells, cond), *more] if c] or [(cells, cond)]
+    lines = []
+    for cells_n, cond_n in tables:
+        lines += [conditions_line(cond_n), ""] + table_rows(cells_n) + [""]
+    lines += ["A ratio counts where both null ratios (a provider's slot-a runs over its "
+              "slot-b runs) lie within 1 +- %.2f." % NULL_BAND,
+              "The TCP ceiling does not depend on the provider: its two columns are the "
+              "runs made with each loaded."]
+    return "\n".join(lines) + "\n"
+
+
+def table_rows(cells):
+    """The Markdown table (header and one row a cell) of `cells`."""
+    lines = ["| measure | unit | rsiw (spread) | siw (spread) | rsiw/siw | better "
              "| null siw | null rsiw | counts |",
              "|---|---|---:|---:|---:|---|---:|---:|---|"]
     for name, c in cells.items():
@@ -553,11 +592,32 @@ def markdown(cells, cond):
             f"| {fmt(c['siw'])} ({pct(c['siw spread'])}) | {fmt(c['ratio'])} | {c['better']} "
             f"| {fmt(c['null siw'], 3)} | {fmt(c['null rsiw'], 3)} "
             f"| {'yes' if c['counts'] else '**no**'} |")
-    lines += ["", "A ratio counts where both null ratios (a provider's slot-a runs over its "
-              "slot-b runs) lie within 1 +- %.2f." % NULL_BAND,
-              "The TCP ceiling does not depend on the provider: its two columns are the "
-              "runs made with each loaded."]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def merge(outdir, smpdir):
+    """Adds the cells of the boot with more vCPUs (`smpdir`/bench.json, if that boot
+    measured any) to `outdir`/bench.json, under the key "smp" with their conditions, and
+    writes `outdir`/bench.md with both tables. Either boot may have been left out
+    (RSIW_BENCH_ONLY kept none of its measures); at least one wrote its bench.json."""
+    def load_json(path):
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+    data = load_json(os.path.join(outdir, "bench.json"))
+    smp = load_json(os.path.join(smpdir, "bench.json"))
+    if data is None:
+        data = {"conditions": smp["conditions"], "cells": {}}
+    data.pop("smp", None)
+    more = []
+    if smp and smp["cells"]:
+        data["smp"] = smp
+        more = [(smp["cells"], smp["conditions"])]
+    with open(os.path.join(outdir, "bench.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(outdir, "bench.md"), "w") as f:
+        f.write(markdown(data["cells"], data["conditions"], more))
 
 
 def plots(outdir):
@@ -569,7 +629,7 @@ def plots(outdir):
     with open(os.path.join(outdir, "bench.json")) as f:
         data = json.load(f)
     cond, cells = data["conditions"], data["cells"]
-    title = (f"{cond['kernel']}, {cond['vcpus']} vCPU, {cond['clock']}, "
+    title = (f"{cond['kernel']}, {cond['vcpus']} vCPU unless named, {cond['clock']}, "
              f"MTU {cond['mtu']}, {cond['date']}")
     colours = {"rsiw": "tab:orange", "siw": "tab:blue"}
     ceiling = cells.get("TCP ceiling (iperf3, 1 stream)", {})
@@ -595,13 +655,16 @@ def plots(outdir):
         ax.set_xlabel("message size (octets)")
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("MB/s (2^20 octets)")
-    axes[-1].legend(fontsize=8)
+    if axes[-1].get_legend_handles_labels()[0]:
+        axes[-1].legend(fontsize=8)
     fig.suptitle("throughput vs message size (hollow: null experiment failed): " + title,
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, "throughput.png"), dpi=90)
     plt.close(fig)
 
+    # The boot with more vCPUs has latency cells only; their names say so.
+    cells = {**cells, **data.get("smp", {}).get("cells", {})}
     names = [n for n, c in cells.items() if c["unit"] == "cycles"]
     if names:
         fig, ax = plt.subplots(figsize=(12, 4.5))
@@ -633,7 +696,8 @@ def main():
     sh(f"ip link set lo mtu {path_mtu}")
     sh(f"ip link add {NET} type dummy && ip link set {NET} mtu {path_mtu} && "
        f"ip addr add {ADDR}/24 dev {NET} && ip link set {NET} up")
-    todo = cases()
+    vcpus = os.cpu_count() or 1
+    todo = cases(vcpus)
     runs = {c[0]: {m: {"a": [], "b": []} for m in ("rsiw", "siw")} for c in todo}
     failed = {c[0]: {"rsiw": 0, "siw": 0} for c in todo}
     for crc in (False, True):
@@ -658,14 +722,14 @@ def main():
                                   f"{v:.1f} {unit}", flush=True)
                     finally:
                         unload(mod)
-    if os.environ.get("RSIW_BENCH_PROFILE", "1") != "0":
+    if os.environ.get("RSIW_BENCH_PROFILE", "1") != "0" and vcpus == 1:
         profiles(outdir)
     mtu = int(open("/sys/class/net/lo/mtu").read())  # what the runs had, as set above
     sh(f"ip link del {NET}", check=False)
     sh(f"ip link set lo mtu {lo_mtu}", check=False)
 
     cond = {"date": datetime.date.today().isoformat(), "kernel": os.uname().release,
-            "vcpus": os.cpu_count(), "mtu": mtu, "rounds": rounds,
+            "vcpus": vcpus, "mtu": mtu, "rounds": rounds,
             "clock": os.environ.get("RSIW_BENCH_CLOCK", "wall clock"),
             "rsiw": os.environ.get("RSIW_BENCH_REV", "?")}
     cells = {}
@@ -685,5 +749,9 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:2] == ["plot"]:
         plots(sys.argv[2])
+    elif sys.argv[1:2] == ["merge"]:
+        merge(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["names"]:
+        print("\n".join(c[0] for c in cases(int(sys.argv[2]))))
     else:
         main()
