@@ -491,22 +491,9 @@ SMP_LAT_SIZES = (8, 4096)
 """Message sizes (octets) of the latency cells of a guest with more than one vCPU."""
 
 
-def cases(vcpus=1):
-    """(name, unit, better, crc, plot key or None, fn) of every measure of a guest with
-    `vcpus` vCPUs. With one, all of them; with more, only the event-mode latencies of
-    ib_send_lat and ib_read_lat at SMP_LAT_SIZES, named with the vCPU count: client and
-    server then sleep and wake across CPUs, where an interrupt to another CPU, a work
-    item or a thread on another CPU costs what one CPU hides. (icount runs the vCPUs
-    round-robin on one host thread and counts the instructions of all of them, so a
-    sleeping benchmark stays a count of instructions; a polling one would measure the
-    round-robin's time slices.)"""
+def one_vcpu_cases():
+    """The measures of the one-vCPU guest (see `cases`)."""
     out = []
-    if vcpus > 1:
-        out = [(f"{t} {size_name(s)}, {vcpus} vCPUs", "cycles", "lower", False, None,
-                lambda t=t, s=s: lat(t, s))
-               for t in LAT_TOOLS[:2] for s in SMP_LAT_SIZES]
-        only = os.environ.get("RSIW_BENCH_ONLY")
-        return [c for c in out if not only or re.search(only, c[0])]
     for crc in (False, True):
         tag = " CRC" if crc else ""
         for t in BW_TOOLS:
@@ -523,6 +510,24 @@ def cases(vcpus=1):
             ("kernel memory per QP, ib_read_bw (ORD/IRD 128)", "KiB", "lower", False, None,
              lambda: mem_per_qp("ib_read_bw")),
             ("TCP ceiling (iperf3, 1 stream)", "MB/s", "higher", False, None, tcp_ceiling)]
+    return out
+
+
+def cases(vcpus=1):
+    """(name, unit, better, crc, plot key or None, fn) of every measure of a guest with
+    `vcpus` vCPUs. With one, all of them; with more, only the event-mode latencies of
+    ib_send_lat and ib_read_lat at SMP_LAT_SIZES, named with the vCPU count: client and
+    server then sleep and wake across CPUs, where an interrupt to another CPU, a work
+    item or a thread on another CPU costs what one CPU hides. (icount runs the vCPUs
+    round-robin on one host thread and counts the instructions of all of them, so a
+    sleeping benchmark stays a count of instructions; a polling one would measure the
+    round-robin's time slices.)"""
+    if vcpus > 1:
+        out = [(f"{t} {size_name(s)}, {vcpus} vCPUs", "cycles", "lower", False, None,
+                lambda t=t, s=s: lat(t, s))
+               for t in LAT_TOOLS[:2] for s in SMP_LAT_SIZES]
+    else:
+        out = one_vcpu_cases()
     only = os.environ.get("RSIW_BENCH_ONLY")
     return [c for c in out if not only or re.search(only, c[0])]
 

@@ -7,9 +7,10 @@ repeat within a few tens of cycles (under 0.1 %) from run to run and boot to boo
 the null experiments of the 8-octet cells in `make bench`), so one run of each tells
 whether a change moved them by more than that; with two vCPUs (RSIW_LAT_VCPUS=2 to
 tests/bench-lat.sh) they repeat as closely. It is not a comparison: `make bench` makes
-that, with siw in the same boot and the null experiment. RSIW_LAT_MODS (default rsiw; `rsiw,siw` for both) names the
-providers, RSIW_LAT_CRC=1 adds the runs with CRC32c. The topology is `make bench`'s
-(tests/guest/bench.py): one device on a dummy netdev, path MTU 1500.
+that, with siw in the same boot and the null experiment. RSIW_LAT_MODS (default rsiw;
+`rsiw,siw` for both) names the providers, RSIW_LAT_CRC=1 adds the runs with CRC32c. The
+topology is `make bench`'s (tests/guest/bench.py): one device on a dummy netdev, path
+MTU 1500.
 """
 import os
 import sys

@@ -517,7 +517,8 @@ def test_user_cq_event_takes_no_work_item(ctx):
     # The name the tracepoint prints for the work function: a missing symbol would make
     # the check below pass for nothing.
     work_fn = "comp_work_c"
-    syms = [l for l in open("/proc/kallsyms") if work_fn in l and "[rsiw]" in l]
+    with open("/proc/kallsyms") as f:
+        syms = [l for l in f if work_fn in l and "[rsiw]" in l]
     assert syms, f"no rsiw symbol containing {work_fn} in /proc/kallsyms"
     if not os.path.isdir(f"{TRACEFS}/events"):
         sh(f"mount -t tracefs nodev {TRACEFS}")
