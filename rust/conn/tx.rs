@@ -444,9 +444,22 @@ impl Conn {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
-        let Some(w) = take_sqe(qp) else {
+        let Some((w, taken)) = take_sqe(qp) else {
             return false;
         };
+        if taken {
+            // Released already: a Send or Write the session has nothing to decide about.
+            let t = &mut *g.tx;
+            return match Self::start_sqe(&mut t.ddp, &mut t.job, g.pd, qp, &w) {
+                Ok(()) => true,
+                Err(status) => {
+                    t.job = None;
+                    Qp::complete_send(qp.qp(), &w.done(), status, 0);
+                    Qp::enter_error(qp.qp(), None);
+                    false
+                }
+            };
+        }
         let read = match this.admit_sqe(g.pd, qp, &w) {
             HeadAdmit::Go(read) => read,
             HeadAdmit::Wait => return false,
@@ -673,10 +686,18 @@ fn sqe_message(w: &SendWqe, len: u32) -> Result<Message, WcStatus> {
     }
 }
 
-/// Takes the SQ head of `qp`. A malformed one completes with an error and moves the QP to
+/// Takes the SQ head of `qp`, released at once (`true`) if it is a Send or an RDMA Write
+/// without the read fence: one the session admits whenever it offers the SQ
+/// ([`SqHead::needs_admit`]). A malformed one completes with an error and moves the QP to
 /// ERROR (`IB_EVENT_QP_REQ_ERR`).
-fn take_sqe(qp: &QpRef<Device>) -> Option<SendWqe> {
-    match Qp::next_sqe(qp.qp())? {
+fn take_sqe(qp: &QpRef<Device>) -> Option<(SendWqe, bool)> {
+    let plain = |w: &SendWqe| {
+        matches!(
+            w.opcode,
+            WrOpcode::Send | WrOpcode::SendRemoteInv | WrOpcode::Write
+        ) && w.flags & READ_FENCE == 0
+    };
+    match Qp::next_sqe(qp.qp(), plain)? {
         Ok(w) => Some(w),
         Err(bad) => {
             let _ = Qp::fail_sqe(qp.qp(), &bad);

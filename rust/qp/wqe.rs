@@ -5,7 +5,9 @@
 //!
 //! TX (send queue), in posting order:
 //! 1. [`Qp::next_sqe`] returns a validated copy of the SQE at the head of the SQ (only in
-//!    RTS), without consuming it. A [`BadSqe`] (unknown opcode, too many SGEs, too much
+//!    RTS), without consuming it unless the caller asks to release it at once (a WQE that
+//!    goes on the wire whatever the session says: step 2's release, in the same hold of
+//!    the SQ lock). A [`BadSqe`] (unknown opcode, too many SGEs, too much
 //!    inline data) must be failed with [`Qp::fail_sqe`], then [`Qp::enter_error`].
 //! 2. A WQE done at once (a local operation, a failed one) is released and reported with
 //!    [`Qp::complete_sqe`] (into the send CQ if signalled, or in error). A WQE that goes
@@ -45,19 +47,32 @@ impl Qp {
         qp.sq.flags(pos.get) & VALID != 0
     }
 
-    /// For the TX path: a validated copy of the SQE at the head of the SQ, without
-    /// consuming it; `None` if the SQ is empty or the QP is not in RTS. The slot is read
-    /// once; act only on the returned copy.
-    pub(crate) fn next_sqe(qp: &IbQp<Qp>) -> Option<Result<SendWqe, BadSqe>> {
-        let pos = qp.sq_pos.lock();
-        if qp.state() != State::Rts || qp.sq.flags(pos.get) & VALID == 0 {
+    /// For the TX path: a validated copy of the SQE at the head of the SQ; `None` if the
+    /// SQ is empty or the QP is not in RTS. The slot is read once; act only on the
+    /// returned copy. If `take` accepts the copy, its slot is released in the same hold of
+    /// the SQ lock, as [`Qp::release_sqe`] would, and the flag returned with it is `true`:
+    /// the caller then owns the WQE and reports it with [`Qp::complete_send`]. Otherwise
+    /// the SQE stays the head.
+    pub(crate) fn next_sqe(
+        qp: &IbQp<Qp>,
+        take: impl FnOnce(&SendWqe) -> bool,
+    ) -> Option<Result<(SendWqe, bool), BadSqe>> {
+        let mut pos = qp.sq_pos.lock();
+        let at = pos.get;
+        if qp.state() != State::Rts || qp.sq.flags(at) & VALID == 0 {
             return None;
         }
-        Some(decode_sqe(
-            &qp.sq.read(pos.get),
-            !qp.user,
-            SqSlot::at(pos.get),
-        ))
+        Some(
+            decode_sqe(&qp.sq.read(at), !qp.user, SqSlot::at(at)).map(|w| {
+                let taken = take(&w);
+                if taken {
+                    // As in `release_sqe`.
+                    qp.sq.set_flags_fenced(at, 0);
+                    pos.get = at.wrapping_add(1);
+                }
+                (w, taken)
+            }),
+        )
     }
 
     /// For the TX path: releases the SQ slot of a WQE from [`Qp::next_sqe`] without

@@ -27,7 +27,9 @@ the latency of both providers.
 Outputs in $RSIW_BENCH_OUT (a directory): profdiff-TOOL.md (totals by object, each
 provider's own functions, the largest differences per symbol) and
 profdiff-TOOL-rsiw-symoff.txt (rsiw's samples by symbol and offset), which
-tests/bench-profile.sh maps to source lines with addr2line on the host.
+tests/bench-profile.sh maps to source lines with addr2line on the host, and
+profdiff-TOOL-symbols.tsv (every symbol's instructions per iteration, both providers, the
+largest excess of rsiw's first).
 """
 import collections
 import os
@@ -183,6 +185,11 @@ def main():
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(OUT, f"profdiff-{TOOL}-rsiw-symoff.txt"), "w") as f:
         f.writelines(f"{v} {k}\n" for k, v in res["rsiw"][2].most_common())
+    with open(os.path.join(OUT, f"profdiff-{TOOL}-symbols.tsv"), "w") as f:
+        f.write("rsiw-siw\tsiw\trsiw\tsymbol\tobject\n")
+        f.writelines(f"{per_iter(r[k] - s[k]):.0f}\t{per_iter(s[k]):.0f}\t"
+                     f"{per_iter(r[k]):.0f}\t{k[0]}\t{k[1]}\n"
+                     for k in sorted(set(s) | set(r), key=lambda k: -(r[k] - s[k])))
     print(f"[profdiff] {TOOL}: siw {per_iter(sum(s.values())):.0f}, rsiw "
           f"{per_iter(sum(r.values())):.0f} instructions per {what}; "
           f"{OUT}/profdiff-{TOOL}.md", flush=True)
