@@ -304,6 +304,20 @@ impl TxFpdu {
     /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
     fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &mut Socket) -> Result<bool> {
+        let more = !self.last;
+        if let [Part::Own { off, len }] = bufs.parts[..] {
+            // All of it in the own octets (a small FPDU): one buffer, no gather list.
+            while self.sent < self.len {
+                let rest = bufs.own.get(off + self.sent..off + len).ok_or(EINVAL)?;
+                match sock.send(&[rest], more) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => self.sent += n,
+                    Err(e) if e == EAGAIN => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(true);
+        }
         let iov = bufs.iov.take().unwrap_or_else(IoVecBuf::new);
         let mut io = IoList::new(iov, bufs.parts.len())?;
         let mut r = Ok(true);
@@ -317,7 +331,6 @@ impl TxFpdu {
                 break;
             }
         }
-        let more = !self.last;
         while r == Ok(true) && self.sent < self.len {
             r = match io.send(sock, self.sent, more) {
                 Ok(0) => Ok(false),
