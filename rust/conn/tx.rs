@@ -287,7 +287,7 @@ impl Conn {
     /// the connection closed.
     fn next_job(this: &Conn, g: &mut Inner) -> bool {
         let now = this.now_ms();
-        let t = loop {
+        let (t, due) = loop {
             if g.closed {
                 return false;
             }
@@ -297,10 +297,12 @@ impl Conn {
                 Self::session_event(this, g, ev);
                 continue;
             }
-            match rx.session.poll_transmit(now) {
-                Some(t) => break t,
+            let t = rx.session.poll_transmit(now);
+            let due = rx.session.poll_timeout();
+            match t {
+                Some(t) => break (t, due),
                 None => {
-                    g.tx.idle_due = Some(rx.session.poll_timeout());
+                    g.tx.idle_due = Some(due);
                     return false;
                 }
             }
@@ -311,7 +313,15 @@ impl Conn {
                 Self::start_message(this, g, Message::rtr(t), JobKind::Rtr, Payload::None)
             }
             Transmit::ReadResponse(req) => Self::start_read_response(this, g, req),
-            Transmit::SendQueue => Self::next_sqe(this, g),
+            Transmit::SendQueue => {
+                if Self::next_sqe(this, g) {
+                    return true;
+                }
+                // Nothing started, and nothing on that path changes the session: the
+                // deadline read with the offer is still its next one.
+                g.tx.idle_due = Some(due);
+                false
+            }
         }
     }
 
