@@ -266,8 +266,8 @@ struct TxState {
     /// The session's next deadline ([`Session::poll_timeout`]) as the current transmit
     /// burst found it, in the receive lock's hold in which the session had nothing more to
     /// send (or offered the SQ, and the SQ had nothing to start); `None` if the burst did
-    /// not get there. [`Conn::arm_timer`] takes it in place
-    /// of another round trip of that lock.
+    /// not get there. [`Conn::arm_timer`] takes it in place of another round trip of that
+    /// lock.
     idle_due: Option<Option<u64>>,
 }
 

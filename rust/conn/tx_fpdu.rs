@@ -301,7 +301,7 @@ impl TxFpdu {
     }
 
     /// Sends what is left of the FPDU as one gather list of its parts, all of them
-    /// copied by TCP. Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
+    /// copied by TCP (as one buffer when it is all the FPDU's own octets). Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
     /// send buffer is full.
     fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &mut Socket) -> Result<bool> {
         let more = !self.last;
