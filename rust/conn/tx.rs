@@ -454,26 +454,19 @@ impl Conn {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
+        // A taken SQE is released already: a Send or Write the session has nothing to
+        // decide about.
         let Some((w, taken)) = take_sqe(qp) else {
             return false;
         };
-        if taken {
-            // Released already: a Send or Write the session has nothing to decide about.
-            let t = &mut *g.tx;
-            return match Self::start_sqe(&mut t.ddp, &mut t.job, g.pd, qp, &w) {
-                Ok(()) => true,
-                Err(status) => {
-                    t.job = None;
-                    Qp::complete_send(qp.qp(), &w.done(), status, 0);
-                    Qp::enter_error(qp.qp(), None);
-                    false
-                }
-            };
-        }
-        let read = match this.admit_sqe(g.pd, qp, &w) {
-            HeadAdmit::Go(read) => read,
-            HeadAdmit::Wait => return false,
-            HeadAdmit::Fail(status) => return complete_and_fail(qp, &w, status),
+        let read = if taken {
+            None
+        } else {
+            match this.admit_sqe(g.pd, qp, &w) {
+                HeadAdmit::Go(read) => read,
+                HeadAdmit::Wait => return false,
+                HeadAdmit::Fail(status) => return complete_and_fail(qp, &w, false, status),
+            }
         };
         if matches!(w.opcode, WrOpcode::InvalStag | WrOpcode::RegMr) {
             // Local operations: executed in SQ order, nothing goes on the wire.
@@ -513,7 +506,7 @@ impl Conn {
                 // doorbell only for an SQE posted behind a free slot. The connection
                 // holds the WQE until its last FPDU is queued and flushes it before the
                 // SQ's when the QP fails (`Conn::flush_held`).
-                if Qp::release_sqe(qp.qp(), w.slot).is_err() {
+                if !taken && Qp::release_sqe(qp.qp(), w.slot).is_err() {
                     // A flush completed it already: the QP is in ERROR.
                     g.tx.job = None;
                     g.tx.ddp.abort();
@@ -523,7 +516,7 @@ impl Conn {
             }
             Err(status) => {
                 g.tx.job = None;
-                complete_and_fail(qp, &w, status)
+                complete_and_fail(qp, &w, taken, status)
             }
         }
     }
@@ -540,10 +533,7 @@ impl Conn {
         } else {
             None
         };
-        let head = SqHead {
-            fenced: w.flags & READ_FENCE != 0,
-            read,
-        };
+        let head = sq_head(w, read);
         if !head.needs_admit() {
             // Admitted by the session's offer of the SQ in `next_job`: no receive lock.
             return HeadAdmit::Go(None);
@@ -705,7 +695,7 @@ fn take_sqe(qp: &QpRef<Device>) -> Option<(SendWqe, bool)> {
         matches!(
             w.opcode,
             WrOpcode::Send | WrOpcode::SendRemoteInv | WrOpcode::Write
-        ) && w.flags & READ_FENCE == 0
+        ) && !sq_head(w, None).needs_admit()
     };
     match Qp::next_sqe(qp.qp(), plain)? {
         Ok(w) => Some(w),
@@ -717,10 +707,23 @@ fn take_sqe(qp: &QpRef<Device>) -> Option<(SendWqe, bool)> {
     }
 }
 
-/// Completes SQE `w` with `status` and moves the QP to ERROR. Returns `false` (nothing
-/// was started).
-fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, status: WcStatus) -> bool {
-    let _ = Qp::complete_sqe(qp.qp(), w, status, 0);
+/// What the session decides SQ head `w` by: its read fence, and `read`, the sink of an
+/// RDMA Read.
+fn sq_head(w: &SendWqe, read: Option<ReadSink>) -> SqHead {
+    SqHead {
+        fenced: w.flags & READ_FENCE != 0,
+        read,
+    }
+}
+
+/// Completes SQE `w` with `status` (releasing its slot, unless `released` from the SQ
+/// already) and moves the QP to ERROR. Returns `false` (nothing was started).
+fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, released: bool, status: WcStatus) -> bool {
+    if released {
+        Qp::complete_send(qp.qp(), &w.done(), status, 0);
+    } else {
+        let _ = Qp::complete_sqe(qp.qp(), w, status, 0);
+    }
     Qp::enter_error(qp.qp(), None);
     false
 }

@@ -28,7 +28,7 @@
 //! them with no QP, SRQ or CQ lock held (softirq context is fine).
 
 use super::state::State;
-use super::{Qp, VALID};
+use super::{Pos, Qp, VALID};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::cq::{Cq, Cqe};
 use crate::srq::Srq;
@@ -66,9 +66,7 @@ impl Qp {
             decode_sqe(&qp.sq.read(at), !qp.user, SqSlot::at(at)).map(|w| {
                 let taken = take(&w);
                 if taken {
-                    // As in `release_sqe`.
-                    qp.sq.set_flags_fenced(at, 0);
-                    pos.get = at.wrapping_add(1);
+                    Self::release_head_locked(qp, &mut pos);
                 }
                 (w, taken)
             }),
@@ -87,11 +85,17 @@ impl Qp {
         if pos.get != slot.pos() || qp.sq.flags(slot.pos()) & VALID == 0 {
             return Err(Stale);
         }
+        Self::release_head_locked(qp, &mut pos);
+        Ok(())
+    }
+
+    /// Releases the SQ's head slot (`pos`, the SQ's positions, held locked) and moves the
+    /// head on.
+    fn release_head_locked(qp: &IbQp<Qp>, pos: &mut Pos) {
         // Fenced: the TX path looks at the next slot after this, and libsiw skips the
         // doorbell for a new SQE while this one still looks busy.
-        qp.sq.set_flags_fenced(slot.pos(), 0);
-        pos.get = slot.pos().wrapping_add(1);
-        Ok(())
+        qp.sq.set_flags_fenced(pos.get, 0);
+        pos.get = pos.get.wrapping_add(1);
     }
 
     /// For the TX and RX paths: reports the completion of send WQE `wqe` (released from
