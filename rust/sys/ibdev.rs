@@ -36,7 +36,7 @@ use super::bindings;
 use super::idtable::RawIdTable;
 use super::iwcm::CmIdTable;
 use super::net::netdev::{NetDev, NetDevRef};
-use super::obj::{IbCq, IbMr, IbQp, IbSrq};
+use super::obj::{IbCq, IbMr, IbQp, IbSrq, IbUcontext};
 use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -161,7 +161,7 @@ impl<T: DeviceOps> IbDevice<T> {
             ops.map_mr_sg = Some(Self::map_mr_sg_c);
         }
         ops.dereg_mr = Some(Self::dereg_mr_c);
-        ops.size_ib_ucontext = size_of::<bindings::ib_ucontext>();
+        ops.size_ib_ucontext = size_of::<IbUcontext>();
         ops.size_ib_pd = size_of::<bindings::ib_pd>();
         // The core allocates these with kzalloc (8-octet alignment), see `new` asserts.
         ops.size_ib_cq = size_of::<IbCq<T::Cq>>();

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Containers for the RDMA core's objects: the core's struct (`ib_cq`, `ib_qp`, `ib_srq`,
-//! `ib_mr`) first, rsiw's data after it, in one allocation.
+//! `ib_mr`, `ib_ucontext`) first, rsiw's data after it, in one allocation.
 //!
-//! CQs, QPs and SRQs are allocated (zeroed) by the core with the size rsiw sets in
-//! `ib_device_ops::size_ib_*`; rsiw initialises its part in place in the create trampoline
-//! and drops it in place in the destroy trampoline, and the core frees the memory. MRs are
+//! CQs, QPs, SRQs and user contexts are allocated (zeroed) by the core with the size rsiw
+//! sets in `ib_device_ops::size_ib_*`; rsiw initialises its part in place in the create
+//! trampoline (`alloc_ucontext`) and drops it in place in the destroy trampoline
+//! (`dealloc_ucontext`), and the core frees the memory. MRs are
 //! allocated by rsiw itself (see `ibdev/mr.rs`) because the core's MR verbs return the object.
 
 use super::bindings;
@@ -234,6 +235,9 @@ impl<T> IbCq<T> {
 pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
 /// A memory region: `struct ib_mr` followed by the driver's MR data.
 pub(crate) type IbMr<T> = Obj<bindings::ib_mr, T>;
+/// A user context: `struct ib_ucontext` followed by the entry that reserves its low mmap
+/// offsets (`mem::umap`).
+pub(in crate::sys) type IbUcontext = Obj<bindings::ib_ucontext, super::mem::umap::CtxMaps>;
 
 /// `device_name_into` for the core objects that carry their `ib_device` in `device`.
 macro_rules! device_name_into {

@@ -84,7 +84,8 @@ slower under TCG), and `stock`, on Debian's kernel. Unset: every collected test 
 DEBUG_LEG = re.compile("|".join([
     # Only the debug kernel has them: KUnit, fault injection.
     r"^test_kunit\.py::",
-    r"^test_reliability\.py::test_(tcp_allocation_failures|failing_allocations)",
+    r"^test_reliability\.py::test_(tcp_allocation_failures|failing_allocations"
+    r"|failed_ring_offsets)",
     # Untrusted input, where KASAN sees an access outside an object: the hostile peer's
     # attacks with rsiw as Responder (the Initiator role, the controls and the log text run
     # on Debian's kernel; CRC is checked before anything is placed), both roles for Read

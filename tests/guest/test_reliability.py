@@ -18,14 +18,16 @@ dmesg for KASAN, lockdep and warnings after each test and kmemleak after the fil
   (ring_scribbler.py) fails only those programs' QPs.
 - Load: rdma_cm connection cycles and many QPs at once (ucmatose); every QP goes, and
   kernel memory returns to its baseline.
-- Failing allocations (`make soak` only, for now): the kernel's fault injection
-  (failslab and fail_page_alloc, on the debug kernel) fails a share of every allocation
-  made with rsiw's code on the stack during connection setup and traffic: every run
-  ends (refused, or failed with an error, or passed) within its deadline, and once the
-  injection stops the devices carry a verified rping again.
+- Failing allocations: the kernel's fault injection (failslab and fail_page_alloc, on
+  the debug kernel) fails a share of every allocation made with rsiw's code on the stack
+  during connection setup and traffic: every run ends (refused, or failed with an error,
+  or passed) within its deadline, and once the injection stops the devices carry a
+  verified rping again. Failed insertions of ring offsets leave the user context clean.
 
 The long forms (more cycles, higher rates) run in `make soak`.
 """
+import contextlib
+import errno
 import json
 import os
 import re
@@ -36,8 +38,12 @@ import time
 
 import pytest
 
-from conftest import (KMEMLEAK, SOAK, dmesg_lines, dmesg_mark, dmesg_since, module_loaded,
-                      port_counters, sh, wait_for)
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.pyverbs_error import PyverbsRDMAError
+
+from conftest import (BAD_DMESG, KMEMLEAK, SOAK, dmesg_lines, dmesg_mark, dmesg_since,
+                      module_loaded, port_counters, sh, wait_for)
 from kmem import shrink_slab_caches, slab_kib, vmalloc_kib
 from test_transport import (DUT, DUT2, IP_A, IP_B, NS_A, NS_B, STALL_POLL, STANDIN, T_CLIENT,
                             T_SERVER, VETH_A, check_rping, pair, perftest_two_ns, port,
@@ -751,16 +757,17 @@ def function_text(name):
     return start, min(a for a in addrs if a > start)
 
 
-def set_faults(probability, times=-1, span=None, spare=(0, 0)):
+def set_faults(probability, times=-1, span=None, spare=(0, 0), space=0, kinds=FAULTS):
     """Fails `probability` percent of the slab and page allocations made with rsiw's
     code on the stack (GFP_KERNEL ones too), or with the code between the addresses of
     `span` on it, but none with the code of `spare` on it, at most `times` of each kind
-    (-1: no limit); 0 stops it."""
+    (-1: no limit); 0 stops it. The first `space` octets of such allocations are spared
+    (each kind counts its own); `kinds` limits it to some of FAULTS."""
     start, end = span or rsiw_text()
-    for d in FAULTS:
+    for d in kinds:
         # Off while the filters are set (the defaults match every stack, and the
         # writes themselves allocate), on last.
-        knobs = [("probability", 0), ("interval", 1), ("times", times), ("space", 0),
+        knobs = [("probability", 0), ("interval", 1), ("times", times), ("space", space),
                  ("verbose", 0), ("task-filter", "N"), ("ignore-gfp-wait", "N"),
                  ("stacktrace-depth", 32), ("require-start", start), ("require-end", end),
                  ("reject-start", spare[0]), ("reject-end", spare[1])]
@@ -786,6 +793,89 @@ def fault_injection():
         pytest.skip("this kernel has no failslab/fail_page_alloc (the debug kernel has)")
     yield set_faults
     set_faults(0, 0)
+
+
+def slab_object_size(cache):
+    """The octets of an object of slab cache `cache` (what failslab counts), 0 without it."""
+    try:
+        with open(f"/sys/kernel/slab/{cache}/object_size") as f:
+            return int(f.read())
+    except FileNotFoundError:
+        return 0
+
+
+def test_failed_ring_offsets_leave_no_xarray_node(rsiw, dummy, fault_injection):
+    """The RDMA core keeps a user context's mmap entries in an XArray (one slot per page)
+    and warns at close if an entry is left. A failed insertion must leave nothing behind,
+    not even an empty node: before rsiw reserved its contexts' low offsets, the first ring
+    of a context (at page 145, where a node and a child node are created at once) left the
+    node when the child's allocation failed, and the close warned and leaked it.
+
+    The slab allocations under rdma_user_mmap_entry_insert_range fail, three in a row,
+    after the first 0, 1, 2, ... XArray nodes (and kmemleak's record of each) were
+    allocated: while a context opens, at its first CQ, and at a CQ whose ring starts a new
+    leaf node. Each step succeeds or fails with ENOMEM and the closes leave no warning (a
+    node left behind would also be a leak for the file's kmemleak check). With the low
+    offsets reserved, a context's first ring needs no new node at all."""
+    sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
+    node, record = slab_object_size("radix_tree_node"), slab_object_size("kmemleak_object")
+    assert node, "no /sys/kernel/slab/radix_tree_node"
+    # Octets to let through so that the first failure falls on the n-th node, with and
+    # without kmemleak's record after each (kmemleak turns itself off when one fails).
+    spaces = sorted({n * (node + record) for n in range(5)} | {n * node for n in range(5)})
+    # The filters once; each step then only sets the budget and turns it on and off.
+    slab = FAULTS[0]
+    set_faults(0, 0, span=function_text("rdma_user_mmap_entry_insert_range"),
+               kinds=FAULTS[:1])
+
+    def knob(name, value):
+        with open(f"{slab}/{name}", "w") as f:
+            f.write(f"{value}\n")
+
+    @contextlib.contextmanager
+    def injecting(space):
+        # failslab lets an allocation through while more than its size is left.
+        knob("space", space + 1 if space else 0)
+        knob("times", 3)
+        knob("probability", 100)
+        try:
+            yield
+        finally:
+            knob("probability", 0)
+
+    def open_ctx(space):
+        with injecting(space):
+            ctx = Context(name="rsiw0")
+        ctx.close()
+
+    def cq(others=0):
+        def step(space):
+            # The context's close destroys the CQs (a failed step's too).
+            with Context(name="rsiw0") as ctx:
+                # A CQ of 4 CQEs takes one page: 111 of them take pages 145 to 255, and
+                # the next one's page 256 starts a new leaf node.
+                kept = [CQ(ctx, 4) for _ in range(others)]
+                with injecting(space):
+                    kept.append(CQ(ctx, 4))
+        return step
+
+    steps = {"open": open_ctx, "first CQ": cq(), "CQ starting a leaf": cq(111)}
+    failed = {}
+    for name, step in steps.items():
+        mark = dmesg_mark()
+        failed[name] = 0
+        for space in spaces:
+            try:
+                step(space)
+            except PyverbsRDMAError as e:
+                assert e.error_code == errno.ENOMEM, f"{name}, {space} octets spared: {e}"
+                failed[name] += 1
+        new = dmesg_since(mark)
+        assert not [line for line in new if BAD_DMESG.search(line)], (
+            f"{name}:\n" + "\n".join(new[-60:]))
+    print(f"failed with ENOMEM, of {len(spaces)} each: {failed}")
+    assert failed["open"] and failed["CQ starting a leaf"], \
+        "no insertion failed: the injection did not reach it"
 
 
 REFUSED_SENDS = 20

@@ -4,6 +4,7 @@ SRQs and MRs, their limits, the mapped ring ABI (flush completions polled in use
 completion events, and the QP state machine without connections."""
 import ctypes
 import errno
+import mmap
 import os
 import re
 import struct
@@ -218,6 +219,38 @@ def test_more_than_144_rings_in_one_context(ctx):
     assert all(cq.poll()[0] == 0 for cq in cqs)
     for cq in cqs:
         cq.close()
+
+
+def uverbs_fd():
+    """The file descriptor of this process's open uverbs device (the one context)."""
+    fds = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{n}").startswith("/dev/infiniband/uverbs"):
+                fds.append(int(n))
+        except FileNotFoundError:
+            pass  # The descriptor listdir read the directory with.
+    assert len(fds) == 1, fds
+    return fds[0]
+
+
+def test_mmap_below_the_first_ring_key_is_refused(ctx):
+    """Page offsets 0 to 144 of a user context hold an entry without memory, so that a
+    failed ring insertion leaves the core's XArray clean (rust/sys/mem/umap.rs): mapping
+    them fails with EINVAL and a logged cause (all 145 pages at once: the core finds the
+    entry and rsiw refuses it; one page: the core finds none). The first ring's, at page
+    145, maps."""
+    cq = CQ(ctx, 4)
+    fd, page = uverbs_fd(), mmap.PAGESIZE
+    for pgoff, pages in ((0, 145), (144, 1)):
+        with pytest.raises(OSError) as ei:
+            mmap.mmap(fd, pages * page, mmap.MAP_SHARED, mmap.PROT_READ,
+                      offset=pgoff * page)
+        assert ei.value.errno == errno.EINVAL
+    assert "mmap: no ring at this offset and length" in dmesg_tail()
+    ring = mmap.mmap(fd, page, mmap.MAP_SHARED, mmap.PROT_READ, offset=145 * page)
+    ring.close()
+    cq.close()
 
 
 def test_reg_mr_keys_distinct_and_dereg(ctx):

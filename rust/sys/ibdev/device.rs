@@ -6,6 +6,8 @@
 
 use super::{errno, DeviceAttr, DeviceOps, IbDevice, PortAttr, Registry};
 use crate::sys::bindings;
+use crate::sys::mem::umap::CtxMaps;
+use crate::sys::obj::IbUcontext;
 use crate::sys::udata::UserResponse;
 use core::mem::MaybeUninit;
 use kernel::prelude::*;
@@ -160,9 +162,21 @@ impl<T: DeviceOps> IbDevice<T> {
     ) -> kernel::ffi::c_int {
         // SAFETY: the core passes a ucontext it allocated for a live device of this type.
         let dev = unsafe { Self::from_raw((*uctx).device) };
+        // SAFETY: the core passes a new context (no mmap entry yet) that lives until
+        // `dealloc_ucontext_c`, or until this call fails, and drops the value before both.
+        let maps = match unsafe { CtxMaps::new(uctx) } {
+            Ok(m) => m,
+            Err(e) => return e.to_errno(),
+        };
         // SAFETY: the core passes the valid udata of this `alloc_ucontext` call.
         let mut resp = unsafe { UserResponse::from_raw(udata) };
-        errno(T::alloc_ucontext(dev, &mut resp))
+        if let Err(e) = T::alloc_ucontext(dev, &mut resp) {
+            return e.to_errno();
+        }
+        // SAFETY: the core allocated `size_ib_ucontext` octets, an `IbUcontext`, whose
+        // data is uninitialised; a value initialises it infallibly.
+        let Ok(()) = unsafe { IbUcontext::init_data(uctx, maps) };
+        0
     }
 
     /// # Safety
@@ -173,6 +187,10 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: as in `alloc_ucontext_c`.
         let dev = unsafe { Self::from_raw((*uctx).device) };
         T::dealloc_ucontext(dev);
+        // SAFETY: `alloc_ucontext_c` succeeded, so the data is initialised; the context's
+        // objects are destroyed and no verb uses it any more. This removes the last entry
+        // before the core checks that none is left.
+        unsafe { IbUcontext::drop_data(uctx) };
     }
 
     /// `disassociate_ucontext`: the device is going away (unregistered, or moved to another

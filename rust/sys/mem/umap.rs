@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! User mappings of rings: `rdma_user_mmap_entry`s that own vmalloc buffers, and the
-//! device's `mmap`/`mmap_free` operations.
+//! User mappings of rings: `rdma_user_mmap_entry`s that own vmalloc buffers, the entry
+//! that reserves a user context's low page offsets, and the device's `mmap`/`mmap_free`
+//! operations.
 //!
 //! Ownership: an entry (and with it the buffer) is allocated by [`MmapEntry::insert`] and
 //! registered with the user context; the RDMA core hands out its offset (the siw ABI's
@@ -10,6 +11,22 @@
 //! reference goes, and only then is the buffer freed. Pages a process still has mapped hold
 //! their own page references, so freeing the vmalloc area never leaves a dangling user
 //! mapping.
+//!
+//! The offsets: each user context holds a [`CtxMaps`] from `alloc_ucontext` to
+//! `dealloc_ucontext`, an entry without buffer over page offsets 0 to [`FIRST_PGOFF`] - 1,
+//! and rings get offsets from [`FIRST_PGOFF`] on. The core keeps a context's entries in an
+//! XArray (`ib_ucontext::mmap_xa`), one slot per page. An insertion that has to create a
+//! node and a child node below it, and fails to allocate the child, leaves the first node
+//! behind, empty; nothing erases it, and at close the core finds the XArray not empty
+//! (`WARN_ON(!xa_empty(&ucontext->mmap_xa))` in `ufile_destroy_ucontext`) and leaks the
+//! node. A context's first ring at [`FIRST_PGOFF`] would need just that (a top node and
+//! a leaf). The reserving entry is inserted page by page from offset 0 instead: the tree
+//! grows from its first leaf, a new top node holds the nodes before it, and the core
+//! undoes a failed insertion by erasing its pages, which frees every node it emptied. It
+//! leaves the top node and the leaf over [`FIRST_PGOFF`] in place, so a ring's insertion
+//! creates at most one node until the rings reach page offset 4,096 (16 MiB of rings
+//! with 4 KiB pages), like any driver's that hands out offsets with
+//! `rdma_user_mmap_entry_insert`.
 
 use crate::logtag::Tag;
 use crate::sys::bindings;
@@ -30,11 +47,12 @@ use kernel::types::Opaque;
 /// Keys above it are fine; the library only compares with it.
 const FIRST_PGOFF: u32 = (bindings::SIW_INVAL_UOBJ_KEY >> kernel::page::PAGE_SHIFT) + 1;
 
-/// The driver's mmap entry: the core's entry first, then the buffer it maps.
+/// The driver's mmap entry: the core's entry first, then the buffer it maps (none for the
+/// entry that reserves offsets, [`CtxMaps`]).
 #[repr(C)]
 struct Entry {
     base: Opaque<bindings::rdma_user_mmap_entry>,
-    buf: VBuf,
+    buf: Option<VBuf>,
 }
 
 /// An inserted mmap entry; removed from its user context on drop.
@@ -55,7 +73,7 @@ unsafe impl Sync for MmapEntry {}
 
 impl MmapEntry {
     /// Makes `buf` mappable by the user context of the verb `udata` belongs to; returns the
-    /// entry and its mmap offset.
+    /// entry and its mmap offset (octets), at least [`FIRST_PGOFF`] pages.
     ///
     /// # Errors
     ///
@@ -64,6 +82,30 @@ impl MmapEntry {
     pub(in crate::sys) fn insert(udata: &UserResponse<'_>, buf: VBuf) -> Result<(Self, u64)> {
         let uctx = udata.ucontext().ok_or(EINVAL)?;
         let len = buf.len();
+        // SAFETY: `uctx` is the live context of the running verb.
+        unsafe { Self::insert_entry(uctx, Some(buf), len, FIRST_PGOFF, u32::MAX) }
+    }
+
+    /// Inserts a new entry for `buf` of `len` octets into `uctx` at the lowest free page
+    /// offset from `min_pgoff` to `max_pgoff` (where the entry starts); returns it and its
+    /// offset (octets).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `rdma_user_mmap_entry_insert_range` (`ENOMEM` too when no
+    /// offset in the range is free).
+    ///
+    /// # Safety
+    ///
+    /// `uctx` is a live user context of an rsiw device that stays live until the entry is
+    /// dropped.
+    unsafe fn insert_entry(
+        uctx: *mut bindings::ib_ucontext,
+        buf: Option<VBuf>,
+        len: usize,
+        min_pgoff: u32,
+        max_pgoff: u32,
+    ) -> Result<(Self, u64)> {
         let boxed = KBox::new(
             Entry {
                 base: Opaque::zeroed(),
@@ -72,15 +114,15 @@ impl MmapEntry {
             GFP_KERNEL,
         )?;
         let raw = KBox::into_raw(boxed);
-        // SAFETY: `raw` is a valid, exclusively owned, zeroed entry; `uctx` is the live
-        // context of the running verb.
+        // SAFETY: `raw` is a valid, exclusively owned, zeroed entry; `uctx` is live (the
+        // caller).
         let ret = unsafe {
             bindings::rdma_user_mmap_entry_insert_range(
                 uctx,
                 (*raw).base.get(),
                 len,
-                FIRST_PGOFF,
-                u32::MAX,
+                min_pgoff,
+                max_pgoff,
             )
         };
         if ret != 0 {
@@ -93,6 +135,33 @@ impl MmapEntry {
         // INVARIANT: inserted, the initial reference is ours. `KBox::into_raw` is non-null.
         let entry = NonNull::new(raw).ok_or(ENOMEM)?;
         Ok((Self { entry }, key))
+    }
+}
+
+/// The driver part of a user context: the entry without buffer that holds page offsets 0
+/// to [`FIRST_PGOFF`] - 1 while the context lives (module docs: it keeps the failed
+/// insertion of a ring from leaving an empty XArray node behind).
+pub(in crate::sys) struct CtxMaps {
+    _low: MmapEntry,
+}
+
+impl CtxMaps {
+    /// Reserves page offsets 0 to [`FIRST_PGOFF`] - 1 of `uctx` (`alloc_ucontext`).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `rdma_user_mmap_entry_insert_range`.
+    ///
+    /// # Safety
+    ///
+    /// `uctx` is a live user context of an rsiw device, with no entry yet, that stays live
+    /// until the returned value is dropped (by `dealloc_ucontext` at the latest).
+    pub(in crate::sys) unsafe fn new(uctx: *mut bindings::ib_ucontext) -> Result<Self> {
+        let len = (FIRST_PGOFF as usize) << kernel::page::PAGE_SHIFT;
+        // SAFETY: guaranteed by the caller. The range starts at 0 and ends there: a
+        // context with no entry has it free.
+        let (low, _) = unsafe { MmapEntry::insert_entry(uctx, None, len, 0, 0)? };
+        Ok(Self { _low: low })
     }
 }
 
@@ -114,10 +183,7 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
     uctx: *mut bindings::ib_ucontext,
     vma: *mut bindings::vm_area_struct,
 ) -> kernel::ffi::c_int {
-    // SAFETY: the core passes a live context and VMA; the lookup checks the offset and
-    // the length against the entry and returns it with a reference, or null.
-    let base = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
-    if base.is_null() {
+    let refuse = || {
         // SAFETY: the core passes a live user context of a live device.
         let dev = unsafe { (*uctx).device };
         let name = |b: &mut [u8]| {
@@ -128,14 +194,25 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
             "{}: mmap: no ring at this offset and length\n",
             Tag::with_name(name, None)
         );
-        return EINVAL.to_errno();
+        EINVAL.to_errno()
+    };
+    // SAFETY: the core passes a live context and VMA; the lookup checks the offset and
+    // the length against the entry and returns it with a reference, or null.
+    let base = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
+    if base.is_null() {
+        return refuse();
     }
-    // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by `MmapEntry::insert`)
-    // with `base` first; the reference keeps the entry and its buffer alive.
+    // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by
+    // `MmapEntry::insert_entry`) with `base` first; the reference keeps the entry and its
+    // buffer alive.
     let entry = unsafe { &*base.cast::<Entry>() };
-    // SAFETY: the buffer is a `vmalloc_user` area (`VM_USERMAP`); `remap_vmalloc_range`
-    // checks that the VMA fits inside it.
-    let ret = unsafe { bindings::remap_vmalloc_range(vma, entry.buf.as_ptr().cast(), 0) };
+    let ret = match &entry.buf {
+        // SAFETY: the buffer is a `vmalloc_user` area (`VM_USERMAP`);
+        // `remap_vmalloc_range` checks that the VMA fits inside it.
+        Some(buf) => unsafe { bindings::remap_vmalloc_range(vma, buf.as_ptr().cast(), 0) },
+        // The offsets below the first ring's (`CtxMaps`).
+        None => refuse(),
+    };
     // SAFETY: balances `rdma_user_mmap_entry_get`.
     unsafe { bindings::rdma_user_mmap_entry_put(base) };
     ret
