@@ -757,17 +757,22 @@ def function_text(name):
     return start, min(a for a in addrs if a > start)
 
 
-def set_faults(probability, times=-1, span=None, spare=(0, 0), space=0, kinds=FAULTS):
+def fault_knob(d, name, value):
+    """Writes `value` to knob `name` of fault injection directory `d` (one of FAULTS)."""
+    with open(f"{d}/{name}", "w") as f:
+        f.write(f"{value}\n")
+
+
+def set_faults(probability, times=-1, span=None, spare=(0, 0), kinds=FAULTS):
     """Fails `probability` percent of the slab and page allocations made with rsiw's
     code on the stack (GFP_KERNEL ones too), or with the code between the addresses of
     `span` on it, but none with the code of `spare` on it, at most `times` of each kind
-    (-1: no limit); 0 stops it. The first `space` octets of such allocations are spared
-    (each kind counts its own); `kinds` limits it to some of FAULTS."""
+    (-1: no limit); 0 stops it. `kinds` limits it to some of FAULTS."""
     start, end = span or rsiw_text()
     for d in kinds:
         # Off while the filters are set (the defaults match every stack, and the
         # writes themselves allocate), on last.
-        knobs = [("probability", 0), ("interval", 1), ("times", times), ("space", space),
+        knobs = [("probability", 0), ("interval", 1), ("times", times), ("space", 0),
                  ("verbose", 0), ("task-filter", "N"), ("ignore-gfp-wait", "N"),
                  ("stacktrace-depth", 32), ("require-start", start), ("require-end", end),
                  ("reject-start", spare[0]), ("reject-end", spare[1])]
@@ -775,8 +780,7 @@ def set_faults(probability, times=-1, span=None, spare=(0, 0), space=0, kinds=FA
             knobs += [("ignore-gfp-highmem", "N"), ("min-order", 0)]
         knobs.append(("probability", probability))
         for k, v in knobs:
-            with open(f"{d}/{k}", "w") as f:
-                f.write(f"{v}\n")
+            fault_knob(d, k, v)
 
 
 def faults_left():
@@ -828,20 +832,16 @@ def test_failed_ring_offsets_leave_no_xarray_node(rsiw, dummy, fault_injection):
     set_faults(0, 0, span=function_text("rdma_user_mmap_entry_insert_range"),
                kinds=FAULTS[:1])
 
-    def knob(name, value):
-        with open(f"{slab}/{name}", "w") as f:
-            f.write(f"{value}\n")
-
     @contextlib.contextmanager
     def injecting(space):
         # failslab lets an allocation through while more than its size is left.
-        knob("space", space + 1 if space else 0)
-        knob("times", 3)
-        knob("probability", 100)
+        fault_knob(slab, "space", space + 1 if space else 0)
+        fault_knob(slab, "times", 3)
+        fault_knob(slab, "probability", 100)
         try:
             yield
         finally:
-            knob("probability", 0)
+            fault_knob(slab, "probability", 0)
 
     def open_ctx(space):
         with injecting(space):

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import dmesg_mark, dmesg_since, load_rsiw, sh, unload_rsiw
 from ring_scribbler import rings
-from uverbs_events import event_fds, next_event, readable
+from uverbs_events import device_fds, event_fds, next_event, readable
 
 from pyverbs import enums as e
 from pyverbs.cq import CQ, CompChannel
@@ -221,19 +221,6 @@ def test_more_than_144_rings_in_one_context(ctx):
         cq.close()
 
 
-def uverbs_fd():
-    """The file descriptor of this process's open uverbs device (the one context)."""
-    fds = []
-    for n in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{n}").startswith("/dev/infiniband/uverbs"):
-                fds.append(int(n))
-        except FileNotFoundError:
-            pass  # The descriptor listdir read the directory with.
-    assert len(fds) == 1, fds
-    return fds[0]
-
-
 def test_mmap_below_the_first_ring_key_is_refused(ctx):
     """Page offsets 0 to 144 of a user context hold an entry without memory, so that a
     failed ring insertion leaves the core's XArray clean (rust/sys/mem/umap.rs): mapping
@@ -241,7 +228,9 @@ def test_mmap_below_the_first_ring_key_is_refused(ctx):
     entry and rsiw refuses it; one page: the core finds none). The first ring's, at page
     145, maps."""
     cq = CQ(ctx, 4)
-    fd, page = uverbs_fd(), mmap.PAGESIZE
+    fds, page = device_fds(), mmap.PAGESIZE
+    assert len(fds) == 1, fds
+    fd = fds[0]
     for pgoff, pages in ((0, 145), (144, 1)):
         with pytest.raises(OSError) as ei:
             mmap.mmap(fd, pages * page, mmap.MAP_SHARED, mmap.PROT_READ,

@@ -1,22 +1,33 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The uverbs event files of this process (a device context's asynchronous event file,
-completion channels), for the tests and for the programs they start (pyverbs has no
+"""The uverbs files of this process (its device contexts, a context's asynchronous event
+file, completion channels), for the tests and for the programs they start (pyverbs has no
 accessor for the file descriptors)."""
 import os
 import select
 
 
-def event_fds():
-    """This process's uverbs event files, oldest first: a context's asynchronous event
-    file is opened with the context, before any completion channel on it."""
+def fds_where(pred):
+    """This process's file descriptors whose /proc/self/fd link `pred` accepts, lowest
+    (oldest) first."""
     fds = []
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[infinibandevent]":
+            if pred(os.readlink(f"/proc/self/fd/{fd}")):
                 fds.append(int(fd))
         except OSError:
-            pass
+            pass  # Gone: the descriptor listdir read the directory with.
     return sorted(fds)
+
+
+def event_fds():
+    """This process's uverbs event files, oldest first: a context's asynchronous event
+    file is opened with the context, before any completion channel on it."""
+    return fds_where(lambda link: link == "anon_inode:[infinibandevent]")
+
+
+def device_fds():
+    """This process's open uverbs devices (`/dev/infiniband/uverbs*`): one per context."""
+    return fds_where(lambda link: link.startswith("/dev/infiniband/uverbs"))
 
 
 def readable(fd, timeout=10):

@@ -187,9 +187,9 @@ impl<T: DeviceOps> IbDevice<T> {
         // SAFETY: as in `alloc_ucontext_c`.
         let dev = unsafe { Self::from_raw((*uctx).device) };
         T::dealloc_ucontext(dev);
-        // SAFETY: `alloc_ucontext_c` succeeded, so the data is initialised; the context's
-        // objects are destroyed and no verb uses it any more. This removes the last entry
-        // before the core checks that none is left.
+        // The context's objects are gone and no verb uses it: this removes its last mmap
+        // entry, before the core checks that none is left.
+        // SAFETY: `alloc_ucontext_c` succeeded (the data is initialised); unused from here.
         unsafe { IbUcontext::drop_data(uctx) };
     }
 

@@ -202,9 +202,8 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
     if base.is_null() {
         return refuse();
     }
-    // SAFETY: all entries of rsiw's contexts are `Entry`s (inserted by
-    // `MmapEntry::insert_entry`) with `base` first; the reference keeps the entry and its
-    // buffer alive.
+    // SAFETY: rsiw's entries are `Entry`s (`MmapEntry::insert_entry`), `base` first; the
+    // reference keeps the entry and its buffer alive.
     let entry = unsafe { &*base.cast::<Entry>() };
     let ret = match &entry.buf {
         // SAFETY: the buffer is a `vmalloc_user` area (`VM_USERMAP`);
