@@ -198,7 +198,7 @@ static struct page *rsiw_kva_page(const void *p)
 #define RSIW_SEND_BVECS 32
 
 int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, size_t len,
-		   bool more, size_t *spliced, bool locked)
+		   bool more, bool locked)
 {
 	struct bio_vec bvec[RSIW_SEND_BVECS];
 	size_t done = 0, r = 0, roff = 0;
@@ -253,8 +253,6 @@ int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, si
 		if (rv < 0)
 			return done ? done : rv;
 		done += rv;
-		if (splice)
-			*spliced += rv;
 		if (rv < chunk)
 			break;
 		r = cr;

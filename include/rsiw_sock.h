@@ -87,13 +87,13 @@ int rsiw_send_kvec(struct socket *sock, struct kvec *vec, size_t nvec, size_t le
  * of consecutive ranges go in one sendmsg call (up to RSIW_SEND_BVECS pages) whether or
  * not they are contiguous, so TCP sizes its packets by the whole run, not by each
  * range.  TCP reads spliced pages when it (re)transmits, so their contents go on the wire
- * as they are then: the caller decides whether that is acceptable for the message.
- * Returns the octets queued or a negative errno (-EAGAIN when the send buffer is full,
- * -EFAULT for an address with no struct page).  Adds the octets queued by page reference
- * to *@spliced.  @locked as for rsiw_send_kvec().
+ * as they are then: rsiw hands it only pages of its own (a connection's copy pages),
+ * never a consumer's.  Returns the octets queued or a negative errno (-EAGAIN when the
+ * send buffer is full, -EFAULT for an address with no struct page).  @locked as for
+ * rsiw_send_kvec().
  */
 int rsiw_send_kvas(struct socket *sock, const struct kvec *ranges, size_t nr, size_t len,
-		   bool more, size_t *spliced, bool locked);
+		   bool more, bool locked);
 
 /*
  * Pages rsiw copies outgoing payload into before TCP takes them by reference (a

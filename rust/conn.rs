@@ -306,9 +306,6 @@ pub(crate) struct Conn {
     ird: u32,
     /// Outbound Read depth (ORD) of the connection.
     ord: u32,
-    /// Whether payload pages go to TCP by reference where allowed (the device's
-    /// `zcopy_tx` when the connection started).
-    zcopy_tx: bool,
     /// FPDUs a POST_SEND doorbell sends at most ([`DOORBELL_OCTETS`]), 1 to
     /// [`DOORBELL_BURST`].
     doorbell_fpdus: u8,
@@ -429,7 +426,7 @@ impl Conn {
             sock.peer_addr().ok().as_ref(),
         );
         let mss = sock.mss();
-        let conn = Self::new(&qp, n, mss, cfg, settings.zcopy_tx, &tag)?;
+        let conn = Self::new(&qp, n, mss, cfg, &tag)?;
         conn.rx.lock().session.start(n, cfg, conn.now_ms());
         let idle = Self::take_over(&conn, qp, sock, id, report)?;
         let f = &conn.framing;
@@ -467,7 +464,6 @@ impl Conn {
         n: &Negotiated,
         mss: u32,
         cfg: SessionConfig,
-        zcopy_tx: bool,
         tag: &Tag,
     ) -> Result<Arc<Self>> {
         let tag = KeptTag::new(tag)?;
@@ -504,7 +500,6 @@ impl Conn {
                 tag,
                 ird,
                 ord,
-                zcopy_tx,
                 // At most `DOORBELL_BURST` (16): fits.
                 doorbell_fpdus: DOORBELL_OCTETS
                     .div_ceil(framing.mulpdu.max(1))
@@ -721,6 +716,10 @@ impl Conn {
             s.detach();
             s.shutdown();
         }
+        // Nothing more goes to the socket: the FPDU in flight lets go of the memory it
+        // refers to before the WRs complete (`Conn::flush_held`).
+        g.tx.fpdu = None;
+        g.tx.bufs.clear();
         // The receive half lets go of the QP and of the work requests it holds.
         let (rx_qp, reads, msg) = {
             let mut r = this.rx.lock();
@@ -745,8 +744,6 @@ impl Conn {
             let _ = id.event(&CmEvent::simple(CmEventKind::Close, status));
         }
         g.tx.job = None;
-        g.tx.fpdu = None;
-        g.tx.bufs.clear();
         g.tx.copy.release();
         drop(qp);
         drop(rx_qp);
@@ -763,6 +760,21 @@ impl Conn {
         if g.tx.job.is_some() && !matches!(g.tx.job, Some((JobKind::Terminate, _))) {
             g.tx.ddp.abort();
         }
+        // The FPDU TCP took in part is finished from a copy of its own, so that the WR it
+        // came from can complete now and the TERMINATE still follow it; without the
+        // memory for that copy, the connection closes here (no TERMINATE can follow an
+        // FPDU cut short).
+        let t = &mut *g.tx;
+        if let Some(f) = t.fpdu.as_mut() {
+            if let Err(e) = f.detach(&mut t.bufs) {
+                pr_warn_ratelimited!(
+                    "{}: closing without TERMINATE: cannot keep the FPDU in flight ({e:?})\n",
+                    this.tag
+                );
+                Self::close_locked(this, g, why);
+                return;
+            }
+        }
         let Some(qp) = g.qp.take() else { return };
         let (reads, msg) = {
             let mut r = this.rx.lock();
@@ -777,6 +789,10 @@ impl Conn {
     /// Completes the WQEs the connection holds outside the SQ with a flush error: the
     /// outstanding RDMA Reads, the receive WQE being placed into and the send WQE being
     /// sent (any other message in progress is dropped, but our TERMINATE).
+    ///
+    /// The FPDU in flight (`g.tx.fpdu`) must refer to no memory of these WQEs any more
+    /// (dropped, or [`TxFpdu::detach`]ed): nothing is read from a WR's memory after its
+    /// completion (`conn/tx_fpdu.rs`).
     fn flush_held(
         g: &mut Inner,
         qp: &QpRef<Device>,

@@ -54,11 +54,8 @@ pub(crate) enum Stat {
     TxFpdus,
     /// Octets of those FPDUs: MPA header, ULPDU, pad, markers and CRC.
     TxOctets,
-    /// ULPDU payload octets handed to TCP by page reference instead of copied
-    /// (the device's `zcopy_tx` setting).
-    TxSplicedOctets,
     /// ULPDU payload octets copied into the connection's copy pages, which TCP takes by
-    /// reference (signalled WRs and Read Responses in FPDUs of 8 KiB or more).
+    /// reference (payload in FPDUs of 8 KiB or more).
     TxCopyPageOctets,
     /// Complete FPDUs received (CRC checked where negotiated).
     RxFpdus,
@@ -94,7 +91,7 @@ pub(crate) enum Stat {
     MpaTimeouts,
 }
 
-const STAT_COUNT: usize = 20;
+const STAT_COUNT: usize = 19;
 
 /// A device's port counters, indexed by [`Stat`]. Connection endpoints hold their own
 /// reference (`Arc`): a connection attempt can end a little after its device is gone.
@@ -233,7 +230,6 @@ impl DeviceOps for Device {
     const HW_STATS: &'static [b::rdma_stat_desc] = &[
         stat_desc(c"tx_fpdus"),
         stat_desc(c"tx_octets"),
-        stat_desc(c"tx_spliced_octets"),
         stat_desc(c"tx_copy_page_octets"),
         stat_desc(c"rx_fpdus"),
         stat_desc(c"rx_octets"),

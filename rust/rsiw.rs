@@ -102,10 +102,6 @@ module! {
             default: 7,
             description: "RTR messages offered (Initiator) and accepted (Responder) in the peer-to-peer model: mask of 1 = zero-length RDMA Write, 2 = zero-length RDMA Read, 4 = zero-length Send (0 means 7); the start value of each new device's sysfs setting of this name",
         },
-        zcopy_tx: bool {
-            default: true,
-            description: "Hand payload pages to TCP without copying (MSG_SPLICE_PAGES) for unsignalled Send/Write WRs of at least a page, as the C siw does (Read Responses are always copied); the start value of each new device's sysfs setting of this name",
-        },
         max_mr: u32 {
             default: 1024000,
             description: "Maximum number of memory regions per rsiw device",

@@ -42,11 +42,9 @@ enum Setting {
     MpaLargeFpdu,
     /// Milliseconds to wait for the peer's MPA frame, a TERMINATE's delivery or the RTR.
     MpaTimeoutMs,
-    /// Hand payload pages to TCP without copying where allowed (0/1).
-    ZcopyTx,
 }
 
-const COUNT: usize = 9;
+const COUNT: usize = 8;
 
 const ALL: [Setting; COUNT] = [
     Setting::MpaRev,
@@ -57,7 +55,6 @@ const ALL: [Setting; COUNT] = [
     Setting::MpaDraftRtr,
     Setting::MpaLargeFpdu,
     Setting::MpaTimeoutMs,
-    Setting::ZcopyTx,
 ];
 
 /// The names of the sysfs files, indexed like [`Setting`]; each is also the name of the
@@ -71,7 +68,6 @@ pub(crate) const NAMES: &[&CStr] = &[
     c"mpa_draft_rtr",
     c"mpa_large_fpdu",
     c"mpa_timeout_ms",
-    c"zcopy_tx",
 ];
 
 const _: () = assert!(NAMES.len() == COUNT);
@@ -111,7 +107,6 @@ impl Setting {
             Self::MpaDraftRtr => p::mpa_draft_rtr.value().into(),
             Self::MpaLargeFpdu => p::mpa_large_fpdu.value().into(),
             Self::MpaTimeoutMs => p::mpa_timeout_ms.value().max(MIN_MPA_TIMEOUT_MS),
-            Self::ZcopyTx => p::zcopy_tx.value().into(),
         }
     }
 }
@@ -211,7 +206,6 @@ impl Settings {
             draft_rtr: flag(Setting::MpaDraftRtr),
             large_fpdu: flag(Setting::MpaLargeFpdu),
             timeout_ms: self.get(Setting::MpaTimeoutMs),
-            zcopy_tx: flag(Setting::ZcopyTx),
         }
     }
 }
@@ -227,8 +221,6 @@ pub(crate) struct Snapshot {
     draft_rtr: bool,
     large_fpdu: bool,
     timeout_ms: u32,
-    /// Whether payload pages go to TCP by reference where allowed (`zcopy_tx`).
-    pub(crate) zcopy_tx: bool,
 }
 
 impl Snapshot {

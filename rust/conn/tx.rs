@@ -2,7 +2,7 @@
 
 //! The transmit half of a connection: the next message (Read Responses first, then the
 //! SQ), its FPDUs built by the protocol core's [`DdpTx`] and handed to TCP ([`TxFpdu`]),
-//! copied or by page reference (`zcopy_tx`), and the completions once a message is queued.
+//! and the completions once a message is queued.
 
 use super::tx_fpdu::{BuildError, FpduSink, SendMode, Source, TxFpdu, COPY_PAGES_MIN};
 use super::{Conn, Inner, Reason, ResolvedSge, SgeList};
@@ -224,14 +224,7 @@ impl Conn {
         let (Some(sock), Some(f)) = (g.sock.as_mut(), t.fpdu.as_mut()) else {
             return Err(ENOTCONN);
         };
-        let mut spliced = 0;
-        let r = f.push(&mut t.bufs, sock, &mut spliced);
-        if spliced != 0 {
-            if let Some(qp) = g.qp.as_ref() {
-                qp.device().count(Stat::TxSplicedOctets, spliced as u64);
-            }
-        }
-        if !r? {
+        if !f.push(&mut t.bufs, sock)? {
             return Ok(false);
         }
         let (last, wire_len) = (f.last(), f.wire_len());
@@ -590,7 +583,6 @@ impl Conn {
         let Some((kind, payload)) = t.job.as_mut() else {
             return Err(BuildError::Local(EINVAL));
         };
-        let zcopy = this.zcopy_tx && zero_copy(kind, payload);
         let source = match kind {
             JobKind::ReadResponse { src_stag } => Some(Source {
                 stag: *src_stag,
@@ -605,14 +597,13 @@ impl Conn {
         t.bufs.clear();
         // Copied payload of a large FPDU goes through the copy pages, if they have room
         // (`crate::conn::tx_fpdu`); otherwise TCP copies it.
-        let paged = !zcopy
-            && cap >= COPY_PAGES_MIN
+        let paged = cap >= COPY_PAGES_MIN
             && matches!(payload, Payload::Pieces { .. })
             && t.copy.reserve(cap).unwrap_or(false);
-        let mode = match (zcopy, paged) {
-            (true, _) => SendMode::Spliced,
-            (false, true) => SendMode::CopyPages,
-            (false, false) => SendMode::Copied,
+        let mode = if paged {
+            SendMode::CopyPages
+        } else {
+            SendMode::Copied
         };
         let pages = paged.then_some(&mut t.copy);
         let mut sink = FpduSink::new(&mut t.bufs, payload, 128.min(cap), source, pages)
@@ -644,28 +635,6 @@ impl Conn {
         g.tx.fpdu = Some(TxFpdu::new(info.wire_len, info.last, mode));
         Ok(())
     }
-}
-
-/// Whether the payload of the message `kind` sends may go to TCP by page reference (if the
-/// connection's `zcopy_tx` is on): TCP then reads the memory when it (re)transmits, not
-/// when rsiw queues it. Allowed where no completion tells the consumer that the buffer is
-/// free again when the last octet is queued, an unsignalled Send or Write, and only for
-/// payloads of at least a page (a smaller one costs less to copy than to splice): the
-/// consumer's own buffer, which it reuses only after a later signalled WR completed.
-/// Signalled WRs and inline data are always copied, and so are Read Responses (unlike in
-/// the C siw): their Data Source is the peer's choice, and the consumer may invalidate or
-/// deregister it at any time, after which no octet of it may reach the peer
-/// (`crate::conn::tx_fpdu`); TCP reading the pages later could not be held to that.
-fn zero_copy(kind: &JobKind, payload: &Payload) -> bool {
-    let Payload::Pieces { list, .. } = payload else {
-        return false;
-    };
-    let eligible = match kind {
-        JobKind::Sqe(w) => !w.signalled(),
-        _ => false,
-    };
-    let total = list.iter().fold(0u64, |a, p| a + u64::from(p.len));
-    eligible && total >= kernel::page::PAGE_SIZE as u64
 }
 
 /// The message of SQE `w` (a Send variant or an RDMA Write) with `len` octets of payload;

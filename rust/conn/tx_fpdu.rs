@@ -2,14 +2,22 @@
 
 //! One outgoing FPDU: what the protocol core's TX builder writes for it collected in its
 //! buffers ([`FpduSink`]: the octets the builder made, the payload as memory ranges or,
-//! when small, copied next to them), and handed to TCP ([`TxFpdu`]), copied or by page
-//! reference.
+//! when small, copied next to them), and handed to TCP ([`TxFpdu`]).
 //!
-//! Payload that must be copied (a signalled WR's, a Read Response's) goes into the
-//! connection's copy pages when the FPDU is large ([`COPY_PAGES_MIN`]) and the pages TCP
-//! let go of leave room, and TCP takes those pages by reference: one copy, and no page
-//! TCP allocates and zeroes for it. Otherwise TCP copies it (a Read Response's from the
-//! FPDU's own octets).
+//! # No memory read after its work request completed
+//!
+//! TCP never holds a reference to a consumer's memory: a payload is copied before its WR
+//! can complete, either by TCP when it queues the FPDU (`sendmsg` without
+//! `MSG_SPLICE_PAGES`) or into the connection's copy pages, which TCP then takes by
+//! reference. TCP reads a page it took by reference again whenever it retransmits it,
+//! after the WR completed (or the later signalled WR that implies it): a consumer's page
+//! would then put what the consumer wrote since, or freed memory, on the wire. An FPDU
+//! TCP took in part when its WR must complete early (the QP failed, RFC 5040 §7.1)
+//! first copies what TCP has not taken ([`TxFpdu::detach`]).
+//!
+//! The payload of a large FPDU ([`COPY_PAGES_MIN`]) goes into the copy pages, when the
+//! pages TCP let go of leave room: one copy, and no page TCP allocates and zeroes for it.
+//! Otherwise TCP copies it (a Read Response's from the FPDU's own octets).
 //!
 //! A Read Response's payload is copied into the FPDU's own octets or the copy pages under
 //! an [`InUse`] guard of its Data Source, taken per FPDU after checking the STag again
@@ -46,8 +54,6 @@ pub(super) struct TxFpdu {
 pub(super) enum SendMode {
     /// Copied by TCP (from the FPDU's own octets or from registered memory).
     Copied,
-    /// The consumer's pages by reference (the connection's `zcopy_tx` setting).
-    Spliced,
     /// Copied into the connection's copy pages, which TCP takes by reference.
     CopyPages,
 }
@@ -227,33 +233,70 @@ impl TxFpdu {
         self.len
     }
 
-    /// Sends what is left of the FPDU, collected in `bufs`, spliced or copied as it was
-    /// built for; adds the octets of the consumer's memory TCP took by reference to
-    /// `spliced` (copy pages are not counted). Returns `Ok(true)` once all of it is
-    /// queued, `Ok(false)` when the send buffer is full.
-    pub(super) fn push(
-        &mut self,
-        bufs: &mut FpduBufs,
-        sock: &mut Socket,
-        spliced: &mut usize,
-    ) -> Result<bool> {
+    /// Sends what is left of the FPDU, collected in `bufs`, as it was built for. Returns
+    /// `Ok(true)` once all of it is queued, `Ok(false)` when the send buffer is full.
+    pub(super) fn push(&mut self, bufs: &mut FpduBufs, sock: &mut Socket) -> Result<bool> {
         match self.mode {
-            SendMode::Spliced => self.push_spliced(bufs, sock, spliced),
-            SendMode::CopyPages => self.push_spliced(bufs, sock, &mut 0),
+            SendMode::CopyPages => self.push_paged(bufs, sock),
             SendMode::Copied => self.push_copied(bufs, sock),
         }
     }
 
+    /// Makes the FPDU independent of the memory its payload came from: what TCP has not
+    /// taken yet (octets `sent..len`) is copied into `bufs`'s own octets, and the FPDU is
+    /// sent from there, copied. Called before the WR whose memory the FPDU may refer to
+    /// completes while the FPDU is queued in part (the module documentation): the rest
+    /// of the FPDU goes out as it was built, so that a TERMINATE can follow it (RFC 5040
+    /// §7.1), and no octet is read from the WR's memory after its completion.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `EINVAL` for parts that do not add up to the FPDU; the FPDU must then be
+    /// dropped, not sent.
+    pub(super) fn detach(&mut self, bufs: &mut FpduBufs) -> Result {
+        let rest = self.len.checked_sub(self.sent).ok_or(EINVAL)?;
+        let mut own = KVec::with_capacity(rest, GFP_KERNEL)?;
+        let mut at = 0usize;
+        for p in bufs.parts.iter() {
+            let n = match p {
+                Part::Own { len, .. } => *len,
+                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
+            };
+            let (start, end) = (at, at + n);
+            at = end;
+            if end <= self.sent {
+                continue;
+            }
+            let skip = self.sent.saturating_sub(start);
+            match p {
+                Part::Own { off, len } => {
+                    let src = bufs.own.get(off + skip..off + len).ok_or(EINVAL)?;
+                    extend_bytes(&mut own, src)?;
+                }
+                Part::Mem(k) => {
+                    extend_from_kva(&mut own, &k.skip(skip as u64))?;
+                }
+            }
+        }
+        if at != self.len || own.len() != rest {
+            return Err(EINVAL);
+        }
+        bufs.parts.clear();
+        // Within the capacity of the cleared list (an FPDU has a part at least): no
+        // allocation.
+        bufs.parts
+            .push(Part::Own { off: 0, len: rest }, GFP_KERNEL)?;
+        bufs.own = own;
+        bufs.hold.clear();
+        self.mode = SendMode::Copied;
+        Ok(())
+    }
+
     /// Sends what is left of the FPDU part by part: the engine's octets (header, pad, CRC)
-    /// copied, each run of payload ranges spliced in one call ([`Socket::send_kvas`]);
-    /// adds the octets TCP took by reference to `spliced`. Returns `Ok(true)` once all of
-    /// it is queued, `Ok(false)` when the send buffer is full.
-    fn push_spliced(
-        &mut self,
-        bufs: &FpduBufs,
-        sock: &mut Socket,
-        spliced: &mut usize,
-    ) -> Result<bool> {
+    /// copied, each run of copy-page ranges by reference in one call
+    /// ([`Socket::send_kvas`]). Returns `Ok(true)` once all of it is queued, `Ok(false)`
+    /// when the send buffer is full.
+    fn push_paged(&mut self, bufs: &FpduBufs, sock: &mut Socket) -> Result<bool> {
         let parts = &bufs.parts[..];
         let mut start = 0usize;
         let mut i = 0;
@@ -281,10 +324,7 @@ impl TxFpdu {
                             Part::Mem(k) => Some(k),
                             Part::Own { .. } => None,
                         });
-                        sock.send_kvas(ranges, skip, more).map(|(n, z)| {
-                            *spliced += z;
-                            n
-                        })
+                        sock.send_kvas(ranges, skip, more)
                     }
                 };
                 match r {
@@ -301,14 +341,17 @@ impl TxFpdu {
     }
 
     /// Sends what is left of the FPDU as one gather list of its parts, all of them
-    /// copied by TCP (as one buffer when it is all the FPDU's own octets). Returns `Ok(true)` once all of it is queued, `Ok(false)` when the
-    /// send buffer is full.
+    /// copied by TCP (as one buffer when it is all the FPDU's own octets). Returns
+    /// `Ok(true)` once all of it is queued, `Ok(false)` when the send buffer is full.
     fn push_copied(&mut self, bufs: &mut FpduBufs, sock: &mut Socket) -> Result<bool> {
         let more = !self.last;
         if let [Part::Own { off, len }] = bufs.parts[..] {
-            // All of it in the own octets (a small FPDU): one buffer, no gather list.
+            // All of it in the own octets (a small FPDU, or one detached): one buffer, no
+            // gather list. The part holds the FPDU's last `len` octets.
+            let start = self.len.checked_sub(len).ok_or(EINVAL)?;
             while self.sent < self.len {
-                let rest = bufs.own.get(off + self.sent..off + len).ok_or(EINVAL)?;
+                let from = self.sent.checked_sub(start).ok_or(EINVAL)?;
+                let rest = bufs.own.get(off + from..off + len).ok_or(EINVAL)?;
                 match sock.send(&[rest], more) {
                     Ok(0) => return Ok(false),
                     Ok(n) => self.sent += n,

@@ -114,7 +114,7 @@ DEBUG_LEG = re.compile("|".join([
     # The data path once per kind: CRC, zero copy, Reads, markers, large FPDUs. (The
     # impaired links run on Debian's kernel here, on the debug kernel in `make soak`.)
     r"^test_transport\.py::test_rping_loopback\[crc\]",
-    r"^test_transport\.py::test_zero_copy_loopback\[zcopy-crc\]",
+    r"^test_transport\.py::test_buffers_reused_after_completion_loopback\[crc1\]",
     r"^test_transport\.py::test_perftest_loopback\[ib_read_bw\]",
     r"^test_transport\.py::test_pcap_loopback\[crc1-markers\]",
     r"^test_transport\.py::test_large_fpdus_two_ns\[large\]",

@@ -4,7 +4,7 @@ the other, as Responder (`listen`: accepts them on ADDR:PORT) or as Initiator (`
 connects to the hostile peer listening on ADDR:PORT), and reports, for each, what the
 peer's FPDUs did to its memory.
 
-    hostile_target.py listen|connect ADDR PORT N [read|read0|flood|norecv|bigread|takeback]
+    hostile_target.py listen|connect ADDR PORT N [read|read0|flood|wipe|norecv|bigread|takeback]
     hostile_target.py listen ADDR PORT N sqorder|longsge
 
 Per connection it registers, on the connection's PD, one region of three pages filled with
@@ -18,7 +18,12 @@ READ_LEN octets from the peer (STag READ_STAG, TO 0) into the start of the middl
 through the remote-read MR, and waits for its completion; `read0` is `read` on a
 connection whose ORD is 0 (rdma_cm's initiator depth), where the Read must fail. With
 `flood` it then posts FLOOD_SENDS Sends of FLOOD_LEN octets each (more than TCP buffers
-for a peer that does not read) and does not wait for them. With `bigread` it also
+for a peer that does not read) and does not wait for them. `wipe` (on a QP of WIPE_SENDS
+send WQEs) posts WIPE_SENDS signalled Sends of WIPE_LEN octets of FLOOD_FILL, all from one
+MR, more than TCP buffers for a peer that does not read, and reaps their
+completions: at the first that is not a success (a flush: the buffer is the consumer's
+again, as a kernel consumer frees it) it overwrites the whole MR with WIPED at once; the
+report then has the Sends' statuses in order (`sends`). With `bigread` it also
 registers BIG_LEN octets holding BIG_PATTERN repeated, with remote read access (`baddr`,
 `bkey` in the first line), for the peer to read, and deregisters it before the
 connection's QP is destroyed. `takeback` is `bigread` over memory of its own (an anonymous
@@ -76,6 +81,13 @@ READ_LEN = 64
 READ_STAG = 0x1234
 FLOOD_SENDS = 4
 FLOOD_LEN = 1 << 20
+# `wipe`: Sends of WIPE_LEN octets of FLOOD_FILL, the MR overwritten with WIPED at the
+# first flush completion. A Send of one FPDU shorter than a segment: TCP's buffer then
+# fills in the middle of an FPDU (FPDUs of a segment each would fill it at their ends).
+WIPE_SENDS = 256
+WIPE_LEN = 1000
+FLOOD_FILL = 0x33
+WIPED = 0xC5
 BIG_LEN = 8 << 20
 BIG_PATTERN = bytes(range(251))
 # What `takeback` writes into its memory after deregistering the MR over it.
@@ -145,6 +157,17 @@ def serve_one(cid, ctx, mode, go):
         flood = MR(cid.pd, FLOOD_LEN, e.IBV_ACCESS_LOCAL_WRITE)
         for i in range(FLOOD_SENDS):
             cid.post_send(flood, e.IBV_SEND_SIGNALED if i == FLOOD_SENDS - 1 else 0)
+    sends = None
+    if mode == "wipe":
+        flood = MR(cid.pd, WIPE_LEN, e.IBV_ACCESS_LOCAL_WRITE)
+        flood.write(bytes([FLOOD_FILL]) * WIPE_LEN, WIPE_LEN)
+        for _ in range(WIPE_SENDS):
+            cid.post_send(flood, e.IBV_SEND_SIGNALED, WIPE_LEN)
+        sends = []
+        for _ in range(WIPE_SENDS):
+            sends.append(cid.get_send_comp().status)
+            if sends[-1] != 0 and all(s == 0 for s in sends[:-1]):
+                flood.write(bytes([WIPED]) * WIPE_LEN, WIPE_LEN)
     if mode in ("read", "read0"):
         cid.post_read(ro, READ_LEN, 0, READ_STAG, e.IBV_SEND_SIGNALED)
         read_wc = cid.get_send_comp()
@@ -167,6 +190,7 @@ def serve_one(cid, ctx, mode, go):
         "changes": changed_runs(region.read(3 * PAGE, 0)),
         "foreign": changed_runs(foreign.read(PAGE, 0)),
         "events": events,
+        "sends": sends,
     }
     print(json.dumps(report), flush=True)
     if rcv2 is not None:
@@ -264,7 +288,8 @@ def serve_longsge(cid, ctx, go):
 def main():
     role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else None
-    cap = QPCap(max_send_wr=8, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    cap = QPCap(max_send_wr=WIPE_SENDS if mode == "wipe" else 8, max_recv_wr=4,
+                max_send_sge=1, max_recv_sge=1)
     init = QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap)
     if role == "connect":
         print("ready", flush=True)

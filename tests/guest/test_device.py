@@ -322,7 +322,7 @@ def test_parameters_are_not_in_sysfs(rsiw):
 
 
 SETTINGS = {"mpa_rev": 2, "mpa_crc": 0, "mpa_markers": 0, "peer_to_peer": 0, "p2p_rtr": 7,
-            "mpa_draft_rtr": 0, "mpa_large_fpdu": 1, "mpa_timeout_ms": 10000, "zcopy_tx": 1}
+            "mpa_draft_rtr": 0, "mpa_large_fpdu": 1, "mpa_timeout_ms": 10000}
 """The per-device settings with the module's default parameters."""
 
 
@@ -349,18 +349,17 @@ def test_settings_per_device(dummy):
     device, the setting and the value, and changes nothing; a device added again starts
     from the module parameters."""
     unload_rsiw()
-    load_rsiw("mpa_crc=1 mpa_timeout_ms=50 p2p_rtr=9 zcopy_tx=0")
+    load_rsiw("mpa_crc=1 mpa_timeout_ms=50 p2p_rtr=9")
     make_dummy("rsdum1", "10.91.1.1/24")
     try:
         sh(f"rdma link add rsiw0 type rsiw netdev {dummy}")
         sh("rdma link add rsiw1 type rsiw netdev rsdum1")
-        want = dict(SETTINGS, mpa_crc=1, mpa_timeout_ms=100, p2p_rtr=1, zcopy_tx=0)
+        want = dict(SETTINGS, mpa_crc=1, mpa_timeout_ms=100, p2p_rtr=1)
         assert settings_of("rsiw0") == want
         assert settings_of("rsiw1") == want
         changes = {"mpa_rev": ("1\n", 1), "mpa_markers": ("y", 1), "mpa_crc": ("N\n", 0),
                    "peer_to_peer": ("1", 1), "p2p_rtr": ("0", 0), "mpa_draft_rtr": ("Y", 1),
-                   "mpa_large_fpdu": ("0", 0), "mpa_timeout_ms": ("4294967295", 2**32 - 1),
-                   "zcopy_tx": ("1\n", 1)}
+                   "mpa_large_fpdu": ("0", 0), "mpa_timeout_ms": ("4294967295", 2**32 - 1)}
         for name, (text, _) in changes.items():
             write_setting("rsiw0", name, text)
         assert settings_of("rsiw0") == {k: v for k, (_, v) in changes.items()}
@@ -372,7 +371,7 @@ def test_settings_per_device(dummy):
                ("mpa_timeout_ms", "99", "is not in 100..=4294967295"),
                ("mpa_timeout_ms", "4294967296", "is not a decimal number"),
                ("mpa_timeout_ms", "1e3", "is not a decimal number"),
-               ("zcopy_tx", "on", "is not 0 or 1")]
+               ("mpa_large_fpdu", "on", "is not 0 or 1")]
         for name, text, cause in bad:
             mark = dmesg_mark()
             with pytest.raises(OSError) as e:

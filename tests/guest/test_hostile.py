@@ -835,12 +835,16 @@ def wait_queued(s, what):
     raise AssertionError(f"{what} did not reach the peer ({queued} octets queued)")
 
 
-def connect_small_window(report):
+def connect_small_window(report, mss=None):
     """Connects to the target (Responder) from a socket whose receive buffer is 4096
     octets, fixed, so that the window closes after a few pages the peer leaves unread, and
-    completes MPA startup; returns (socket, the target's first line)."""
+    completes MPA startup; returns (socket, the target's first line). With `mss`, the
+    socket advertises that MSS (octets), so that rsiw's FPDUs fit segments of that size
+    (over `lo` they would otherwise be 64 KiB)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if mss:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
     s.settimeout(T_IO)
     s.connect((ADDR, PORT))
     s.sendall(mpa_request())
@@ -871,6 +875,44 @@ def test_terminate_does_not_wait_for_a_peer_that_stops_reading(target):
     # Now read: rsiw closes within its deadline (mpa_timeout_ms, 10 s by default).
     recv_all(s)
     s.close()
+
+
+# hostile_target.py's `wipe`: the Sends' octets, and what it writes over them at the
+# first flush completion.
+FLOOD_FILL, WIPED = 0x33, 0xC5
+
+
+def test_no_octet_of_a_flushed_send_is_read_after_its_completion(target):
+    """The TERMINATE becomes due while an FPDU of the target's Sends is queued in part (the
+    peer's window shut, then a Write without the right): the Send it belongs to is flushed
+    at once, and the target overwrites the Sends' buffer at that completion (as a kernel
+    consumer frees it). The peer then reads again: what rsiw sends after that is the rest of
+    the FPDU as it was built, then the TERMINATE (RFC 5040 §7.1). No octet the target wrote
+    after the flush may reach the peer (Documentation/rsiw.rst, *Security*), and the stream
+    must stay whole FPDUs, ending in the TERMINATE. The FPDUs fit a 1400-octet MSS: their
+    payload goes to TCP from the Sends' buffer (a large FPDU's would go through rsiw's
+    copy pages)."""
+    report = target(1, "wipe")
+    s, keys = connect_small_window(report, mss=1400)
+    wait_queued(s, "rsiw's Sends")
+    s.sendall(write(keys["rkey"], keys["addr"] + 64, b"\xEE" * 16))
+    r = report(timeout=T_IO)
+    assert r["status"] == IBV_WC_WR_FLUSH_ERR, r
+    # Some Sends did not fit into TCP: the QP's failure flushed them (the first flush is
+    # the Send in progress).
+    assert IBV_WC_WR_FLUSH_ERR in r["sends"], r
+    data = recv_all(s)
+    s.close()
+    print(f"{len(data)} octets after MPA startup; Sends flushed: "
+          f"{r['sends'].count(IBV_WC_WR_FLUSH_ERR)} of {len(r['sends'])}")
+    wiped = data.find(bytes([WIPED]) * 8)
+    assert wiped < 0, (f"octets written after the flush completion reached the peer, at "
+                       f"{wiped} of {len(data)}: {data[max(0, wiped - 32):wiped + 32].hex()}")
+    frames = fpdus(data)
+    assert frames and frames[-1][0] == 7, \
+        f"the stream does not end in a TERMINATE: {[op for op, _ in frames[-4:]]}"
+    assert terminate_of(frames[-1][1])[:3] == (1, 1, 0x00), frames[-1][1].hex()
+    assert any(bytes([FLOOD_FILL]) * 64 in f for _, f in frames[:-1]), "no Send reached the peer"
 
 
 def test_sqe_on_the_wire_frees_its_slot_and_flushes_first(target):

@@ -6,9 +6,11 @@ What runs:
   * rsiw <-> rsiw on ONE device (rsiw0 on a dummy netdev): rping with data verification
     (default parameters and `mpa_crc=1`), perftest ib_{send,write,read}_{bw,lat} through
     rdma_cm (-R). Connecting a device to its own address is loopback through the kernel
-    TCP stack (the traffic goes over `lo`), which is what C siw users do too. Zero-copy
-    transmit (`zcopy_tx`): rping -S 65000 (Read Responses of 16 pages, always copied) and
-    unsignalled_peer.py (unsignalled 64 KiB Writes and Sends), data checked end to end.
+    TCP stack (the traffic goes over `lo`), which is what C siw users do too. Buffers
+    reused at completion: rping -S 65000 (Read Responses of 16 pages) and
+    unsignalled_peer.py (64 KiB Writes and Sends, unsignalled and signalled, each buffer
+    overwritten once its WR completed), data checked end to end; the same across a lossy
+    link between two namespaces, while TCP retransmits.
   * rsiw <-> siw: rping and ib_{send,write,read}_bw with rsiw as client and as server, for
     MPA revision 1 and 2 (`mpa_rev=`) and CRC off and on (`mpa_crc=`). Every rping of these
     runs is captured and decoded by tshark to check what was negotiated on the wire.
@@ -750,18 +752,17 @@ def test_rping_loopback_ipv6(loop_dev, procs, tmp_path):
     report(check_rping("rping6", 20, *res))
 
 
-@pytest.mark.parametrize("params", ["", "mpa_crc=1", "zcopy_tx=0"],
-                         ids=["zcopy", "zcopy-crc", "copy"])
-def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
-    """Payload handed to TCP by page reference (zcopy_tx, Documentation/rsiw.rst), data
-    verified end to end, with and without CRC, and the copy path for comparison:
-    rping -S 65000 (the server's RDMA Read of the client's 65000-octet buffer comes back as
-    Read Responses of 16 pages, copied under zcopy_tx too), and unsignalled_peer.py (16 unsignalled RDMA Writes and
-    16 unsignalled Sends of 64 KiB, each from its own MR, checked octet by octet); then
-    the same WRs signalled, which are copied whatever zcopy_tx says (into rsiw's copy
-    pages: the FPDUs are large), each buffer overwritten as soon as its WR completed."""
-    if STANDIN and params:
-        pytest.skip("siw stand-in has no module parameters: this run would repeat 'zcopy'")
+@pytest.mark.parametrize("params", ["", "mpa_crc=1"], ids=["crc0", "crc1"])
+def test_buffers_reused_after_completion_loopback(loop_dev, procs, tmp_path, params):
+    """No octet of a WR's memory is read after its completion (Documentation/rsiw.rst,
+    *Security*), data verified end to end, with and without CRC: rping -S 65000 (the
+    server's RDMA Read of the client's 65000-octet buffer comes back as Read Responses of
+    16 pages), and unsignalled_peer.py: 16 unsignalled RDMA Writes and 16 unsignalled
+    Sends of 64 KiB, each from its own MR, every buffer overwritten as soon as the
+    signalled Send after them completed (TCP still holds most of their data then), and
+    the same WRs signalled, each buffer overwritten as soon as its WR completed; the peer
+    checks every octet. TCP takes no consumer page by reference: the large FPDUs'
+    payload goes through rsiw's copy pages."""
     addr = loop_dev(params)
     p = port()
     server, client = rping_argvs(addr, p, 10)
@@ -769,62 +770,49 @@ def test_zero_copy_loopback(loop_dev, procs, tmp_path, params):
     client[1:1] = ["-S", "65000"]
     res = pair(procs, tmp_path, "rping", server, client, DUT, addr, p)
     errs = check_rping("rping -S 65000", 10, *res)
-    p = port()
-    prog = [sys.executable, os.path.join(os.path.dirname(__file__), "unsignalled_peer.py")]
-    res = pair(procs, tmp_path, "unsignalled", prog + ["server", addr, str(p), "16", "65536"],
-               prog + ["client", addr, str(p), "16", "65536"], DUT, addr, p)
-    errs += check_pair("unsignalled_peer", *res)
-    if not errs and "16 Writes and 16 Sends of 65536 octets verified" not in res[1]:
-        errs.append(f"unsignalled_peer: server did not report the check:\n{res[1][-2000:]}")
+    for mode in ("reuse", "signalled"):
+        before = None if STANDIN else port_counters(DUT)
+        errs += reused_buffers(procs, tmp_path, mode, addr)
+        if not STANDIN and not errs:
+            errs += check_copied(mode, before, port_counters(DUT))
     if not STANDIN:
-        errs += check_spliced(params != "zcopy_tx=0")
-        before = port_counters(DUT)
-        p = port()
-        res = pair(procs, tmp_path, "signalled", prog + ["server", addr, str(p), "16", "65536"],
-                   prog + ["client", addr, str(p), "16", "65536", "signalled"], DUT, addr, p)
-        errs += check_pair("unsignalled_peer signalled", *res)
-        if not errs and "16 Writes and 16 Sends of 65536 octets verified" not in res[1]:
-            errs.append(f"unsignalled_peer signalled: no check reported:\n{res[1][-2000:]}")
-        errs += check_copied(before, port_counters(DUT))
+        stat = sh(f"rdma statistic show link {DUT}/1", check=False)
+        if stat.returncode != 0 or "tx_copy_page_octets" not in stat.stdout:
+            errs.append(f"rdma statistic does not show the counters:\n{stat.stdout}{stat.stderr}")
     report(errs)
 
 
-def check_copied(before, after):
-    """Across a run of signalled WRs only (32 of 64 KiB), whose completion hands the buffer
-    back to the consumer: their payload went to TCP, none of the consumer's pages by
-    reference, and the large FPDUs' payload (the first FPDU of each message, 64768
-    octets of MULPDU less the header) through the copy pages (Documentation/rsiw.rst,
-    *Zero-copy transmit*)."""
+def reused_buffers(procs, tmp_path, mode, addr, server_ns=None, client_ns=None, **kw):
+    """One run of unsignalled_peer.py in `mode` (`reuse` or `signalled`: 16 Writes and 16
+    Sends of 64 KiB, their buffers overwritten at completion) against its server on
+    `addr`; the errors found."""
+    p = port()
+    prog = [sys.executable, os.path.join(os.path.dirname(__file__), "unsignalled_peer.py")]
+    res = pair(procs, tmp_path, f"unsignalled-{mode}",
+               prog + ["server", addr, str(p), "16", "65536"],
+               prog + ["client", addr, str(p), "16", "65536", mode], DUT, addr, p,
+               server_ns, client_ns, **kw)
+    errs = check_pair(f"unsignalled_peer {mode}", *res)
+    if not errs and "16 Writes and 16 Sends of 65536 octets verified" not in res[1]:
+        errs.append(f"unsignalled_peer {mode}: server did not report the check:\n"
+                    f"{res[1][-2000:]}")
+    return errs
+
+
+def check_copied(mode, before, after):
+    """Across a run of 32 WRs of 64 KiB on one device: their payload went to TCP, and the
+    large FPDUs' payload (the first FPDU of each message, 64768 octets of MULPDU less the
+    header) through the copy pages (Documentation/rsiw.rst, *Transmit copies*)."""
     sent = after["tx_octets"] - before["tx_octets"]
-    spliced = after["tx_spliced_octets"] - before["tx_spliced_octets"]
     paged = after["tx_copy_page_octets"] - before["tx_copy_page_octets"]
+    if after["rx_fpdus"] == 0:
+        return [f"{mode}: no FPDU received: {after}"]
     if sent < 32 * 65536:
-        return [f"signalled WRs: tx_octets grew by {sent}, want >= {32 * 65536}: {after}"]
-    if spliced != 0:
-        return [f"signalled WRs: {spliced} octets spliced, want 0 (copied): {after}"]
+        return [f"{mode}: tx_octets grew by {sent}, want >= {32 * 65536}: {after}"]
     if not 32 * 64000 <= paged <= 32 * 65536:
-        return [f"signalled WRs: {paged} octets through copy pages, want 32 large FPDUs' "
+        return [f"{mode}: {paged} octets through copy pages, want 32 large FPDUs' "
                 f"payload (32 x 64000 to 32 x 65536): {after}"]
     return []
-
-
-def check_spliced(zcopy):
-    """After the zero-copy run on one device: FPDUs went both ways, and payload went to
-    TCP by page reference exactly when zcopy_tx is on (at least the 32 unsignalled WRs of
-    64 KiB). `rdma statistic` shows the same counter."""
-    c = port_counters(DUT)
-    errs = []
-    if c["tx_fpdus"] == 0 or c["rx_fpdus"] == 0 or c["tx_octets"] < c["tx_spliced_octets"]:
-        errs.append(f"port counters implausible: {c}")
-    least = 32 * 65536
-    if zcopy and c["tx_spliced_octets"] < least:
-        errs.append(f"zcopy_tx=1: tx_spliced_octets {c['tx_spliced_octets']} < {least}: {c}")
-    if not zcopy and c["tx_spliced_octets"] != 0:
-        errs.append(f"zcopy_tx=0: tx_spliced_octets {c['tx_spliced_octets']} != 0: {c}")
-    stat = sh(f"rdma statistic show link {DUT}/1", check=False)
-    if stat.returncode != 0 or "tx_spliced_octets" not in stat.stdout:
-        errs.append(f"rdma statistic does not show the counters:\n{stat.stdout}{stat.stderr}")
-    return errs
 
 
 # --- 2. perftest, rsiw <-> rsiw -------------------------------------------------
@@ -1462,6 +1450,37 @@ def test_impaired_link_two_ns(two_rsiw, procs, tmp_path, name, netem, params):
             errs.append(f"{veth}: MTU is not 576")
     if name.startswith("loss") and not dropped:
         errs.append(f"netem {netem}: no packet dropped")
+    report(errs)
+
+
+@pytest.mark.parametrize("large", [True, False], ids=["large", "segment-sized"])
+def test_reused_buffers_across_a_lossy_link_two_ns(two_rsiw, procs, tmp_path, large):
+    """No octet of a WR's memory is read after its completion, by TCP either: across a
+    veth link losing 5 % each way (CRC off, so that only the octets themselves can show a
+    change), unsignalled_peer.py's 16 unsignalled Writes and 16 unsignalled Sends of
+    64 KiB have their buffers overwritten as soon as the signalled Send after them
+    completed, while TCP still sends and retransmits their data; the peer checks every
+    octet. With large FPDUs and with FPDUs of one segment (the copy pages, and TCP's own
+    copies)."""
+    if STANDIN:
+        pytest.skip("rsiw <-> rsiw only")
+    if not have_netem():
+        pytest.skip("this kernel has no sch_netem")
+    two_rsiw("mpa_crc=0" + ("" if large else " mpa_large_fpdu=0"))
+    for ns, veth in ((NS_A, VETH_A), (NS_B, VETH_B)):
+        sh(f"ip netns exec {ns} tc qdisc add dev {veth} root netem loss 5% limit 10000")
+    errs = reused_buffers(procs, tmp_path, "reuse", IP_A, NS_A, NS_B)
+    dropped = 0
+    for ns, veth in ((NS_A, VETH_A), (NS_B, VETH_B)):
+        out = sh(f"ip netns exec {ns} tc -s qdisc show dev {veth}").stdout
+        dropped += sum(int(n) for n in re.findall(r"dropped (\d+)", out))
+    if not dropped:
+        errs.append("netem loss 5%: no packet dropped")
+    # The writer's TCP retransmitted: what it sent again was read after the completion.
+    out = sh(f"ip netns exec {NS_B} nstat -asz TcpRetransSegs").stdout
+    m = re.search(r"TcpRetransSegs\s+(\d+)", out)
+    if not m or int(m.group(1)) == 0:
+        errs.append(f"no TCP retransmission from the writer's namespace: {out}")
     report(errs)
 
 

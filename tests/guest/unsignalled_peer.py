@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""A pyverbs/librdmacm peer pair for the zero-copy transmit path: WRs posted *without*
-IBV_SEND_SIGNALED, whose payload rsiw hands to TCP by page reference (`zcopy_tx`).
+"""A pyverbs/librdmacm peer pair for the rule that no octet of a WR's memory is read after
+its completion: WRs posted *without* IBV_SEND_SIGNALED, whose buffers the consumer may
+reuse once a later WR completed, and signalled ones.
 
     unsignalled_peer.py server ADDR PORT N SIZE
-    unsignalled_peer.py client ADDR PORT N SIZE [signalled]
+    unsignalled_peer.py client ADDR PORT N SIZE [signalled|reuse]
 
 The server accepts one connection, posts N+1 receives (N for the client's Sends, one for
 its final message) and advertises a buffer of N*SIZE octets (address and rkey) in a Send.
@@ -17,7 +18,10 @@ arrived intact. With `signalled`, the client posts every Write and Send with
 IBV_SEND_SIGNALED, reaps each completion and at once overwrites the WR's buffer with
 another pattern: a completion hands the buffer back to the consumer, so rsiw copies
 those payloads (into its copy pages for FPDUs of 8 KiB or more), and the peer must still
-see what the buffer held when the WR was posted.
+see what the buffer held when the WR was posted. With `reuse`, the WRs are unsignalled
+and the client overwrites every buffer as soon as the signalled "done" completed (which
+completes the WRs before it): TCP may still hold their data, not yet sent or to be
+retransmitted, and the peer must still see what the buffers held when they were posted.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -101,7 +105,7 @@ def server(addr, port, n, size):
     print(f"server: {n} Writes and {n} Sends of {size} octets verified")
 
 
-def client(addr, port, n, size, signalled=False):
+def client(addr, port, n, size, signalled=False, reuse=False):
     ai = AddrInfo(dst=addr, dst_service=str(port), port_space=ce.RDMA_PS_TCP)
     cid = CMID(creator=ai, qp_init_attr=init_attr(n))
     ad = cid.reg_msgs(16)
@@ -133,6 +137,11 @@ def client(addr, port, n, size, signalled=False):
     cid.post_send(done, e.IBV_SEND_SIGNALED, 4)
     # Unsignalled, one completion: the last Send's; the WRs before it completed too.
     expect("done send", cid.get_send_comp(), e.IBV_WC_SEND)
+    if reuse:
+        for i, mr in enumerate(writes):
+            mr.write(pattern(200 + i, size), size)
+        for i, mr in enumerate(sends):
+            mr.write(pattern(2000 + i, size), size)
     kind = "signalled" if signalled else "unsignalled"
     print(f"client: {n} {kind} Writes and {n} Sends of {size} octets posted")
     expect("verdict", cid.get_recv_comp(), e.IBV_WC_RECV)
@@ -146,4 +155,5 @@ if __name__ == "__main__":
     if role == "server":
         server(a, int(p), int(cnt), int(sz))
     else:
-        client(a, int(p), int(cnt), int(sz), sys.argv[6:7] == ["signalled"])
+        client(a, int(p), int(cnt), int(sz), sys.argv[6:7] == ["signalled"],
+               sys.argv[6:7] == ["reuse"])

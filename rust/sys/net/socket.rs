@@ -510,16 +510,17 @@ impl Socket {
 
     /// Queues the octets of `ranges` from octet `skip` on, in order, without waiting,
     /// handing TCP the pages themselves where it may take a reference to them
-    /// (`MSG_SPLICE_PAGES`; slab memory is copied); returns how many octets TCP took, and
-    /// how many of those it took by reference. The pages of consecutive ranges go to TCP
-    /// in one `sendmsg` call (up to 32 pages), contiguous or not: TCP sizes its packets by
+    /// (`MSG_SPLICE_PAGES`; slab memory is copied); returns how many octets TCP took. The
+    /// pages of consecutive ranges go to TCP in one `sendmsg` call (up to 32 pages),
+    /// contiguous or not: TCP sizes its packets by
     /// what one call queues, and a call per range of a physically scattered buffer (one
     /// page each) made it send a packet or two per page. At most [`SEND_RANGES`] ranges
     /// are offered per call (fewer octets are taken then). TCP reads a spliced page again
     /// whenever it (re)transmits it, so changes to the memory before the peer
-    /// acknowledged it reach the wire: callers use this only where RDMA semantics allow
-    /// that (see `Documentation/rsiw.rst`, zero-copy transmit). `more`: more data follows
-    /// at once.
+    /// acknowledged it reach the wire: callers hand it only memory of their own that they
+    /// do not change while TCP holds it (`crate::sys::mem::copy_pages`), never a
+    /// consumer's, which may be reused or freed once its WR completed. `more`: more data
+    /// follows at once.
     ///
     /// # Errors
     ///
@@ -530,7 +531,7 @@ impl Socket {
         ranges: impl IntoIterator<Item = &'a crate::sys::mem::kmem::Kva>,
         skip: usize,
         more: bool,
-    ) -> Result<(usize, usize)> {
+    ) -> Result<usize> {
         let mut vec = [b::kvec {
             iov_base: core::ptr::null_mut(),
             iov_len: 0,
@@ -556,9 +557,8 @@ impl Socket {
             n += 1;
         }
         if n == 0 {
-            return Ok((0, 0));
+            return Ok(0);
         }
-        let mut spliced = 0usize;
         // SAFETY: valid socket, owned if `self.locked()`; each kvec is mapped memory (`Kva`).
         let ret = unsafe {
             b::rsiw_send_kvas(
@@ -567,14 +567,13 @@ impl Socket {
                 n,
                 total,
                 more || rest,
-                &mut spliced,
                 self.locked(),
             )
         };
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
-        Ok((ret as usize, spliced))
+        Ok(ret as usize)
     }
 
     /// Shuts down both directions (sends FIN; wakes the peer). The socket stays allocated;
