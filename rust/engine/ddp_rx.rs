@@ -185,6 +185,10 @@ pub struct DdpRx<S: Store = Fixed> {
     /// Outbound Reads whose Responses are outstanding.
     orq: Orq<S::Orq>,
     ird_used: u32,
+    /// One inbound Read Request more than IRD may be outstanding, if it is of zero
+    /// length: the peer-to-peer Read RTR's slot (RFC 6581 §5, §9.1), open until
+    /// [`DdpRx::set_ird`].
+    rtr_slot: bool,
 }
 
 /// [`DdpRx`] bound to the shell's memory and event sink for one
@@ -244,6 +248,7 @@ impl<S: Store> DdpRx<S> {
             write_len: 0,
             orq,
             ird_used: 0,
+            rtr_slot: false,
         }
     }
 
@@ -267,6 +272,7 @@ impl<S: Store> DdpRx<S> {
         self.write_len = 0;
         self.orq.clear();
         self.ird_used = 0;
+        self.rtr_slot = false;
     }
 
     /// The configuration in use.
@@ -326,11 +332,26 @@ impl<S: Store> DdpRx<S> {
         &self.orq
     }
 
-    /// Sets the inbound request depth to `ird` from now on; requests delivered already
-    /// keep their slots until released. The session lowers it to the negotiated IRD once
-    /// the zero-length Read RTR had the slot kept for it (RFC 6581 §5).
+    /// Sets the inbound request depth to `ird` from now on, and closes the RTR slot
+    /// ([`DdpRx::open_rtr_slot`]); requests delivered already keep their slots until
+    /// released.
     pub fn set_ird(&mut self, ird: u32) {
         self.cfg.ird = ird;
+        self.rtr_slot = false;
+    }
+
+    /// Lets one Read Request beyond IRD be outstanding if it is of zero length, until
+    /// [`DdpRx::set_ird`]: the slot a Responder keeps for the peer-to-peer model's
+    /// zero-length Read RTR (RFC 6581 §5, §9.1), which the session closes after the first
+    /// FPDU. A Read Request of non-zero length, or an Atomic Request, beyond IRD is
+    /// refused as any other (RFC 5041 §7.1 check 5).
+    pub fn open_rtr_slot(&mut self) {
+        self.rtr_slot = true;
+    }
+
+    /// Whether the RTR slot is open ([`DdpRx::open_rtr_slot`]).
+    pub const fn rtr_slot_open(&self) -> bool {
+        self.rtr_slot
     }
 
     /// The shell finished responding to one inbound request (sent the last segment of a
@@ -522,7 +543,7 @@ impl<S: Store> DdpRx<S> {
                 }
                 match &h.rdmap {
                     RdmapHeader::ReadRequest(rr) => {
-                        self.check_ird()?;
+                        self.check_ird(rr.size)?;
                         if rr.size == 0 {
                             // RFC 5040 §7.2 item 4: only non-zero-length reads are checked.
                             return Ok(());
@@ -530,7 +551,8 @@ impl<S: Store> DdpRx<S> {
                         Self::check_source(mem, rr.src_stag, rr.src_to, rr.size, Access::RemoteRead)
                     }
                     RdmapHeader::AtomicRequest(a) => {
-                        self.check_ird()?;
+                        // Eight octets to read: never the RTR slot's.
+                        self.check_ird(8)?;
                         if a.to % 8 != 0 {
                             return Err(TermCause::rdmap(RdmapError::RemoteOperation(
                                 OperationError::CatastrophicStream,
@@ -553,8 +575,11 @@ impl<S: Store> DdpRx<S> {
         }
     }
 
-    fn check_ird(&self) -> Result<(), TermCause> {
-        if self.ird_used >= self.cfg.ird {
+    /// Whether a request for `size` octets may be outstanding now (IRD, or the RTR slot
+    /// for a zero-length Read).
+    fn check_ird(&self, size: u32) -> Result<(), TermCause> {
+        let rtr = self.rtr_slot && size == 0 && self.ird_used == self.cfg.ird;
+        if self.ird_used >= self.cfg.ird && !rtr {
             // More requests than the QN 1 buffers IRD provides: the MSN is past the last
             // available buffer (RFC 5041 §7.1 check 5).
             Err(TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)))

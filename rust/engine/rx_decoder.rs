@@ -119,6 +119,11 @@ impl<S: Store> Decoder<S> {
         self.ddp.set_ird(ird);
     }
 
+    /// See [`DdpRx::open_rtr_slot`].
+    pub fn open_rtr_slot(&mut self) {
+        self.ddp.open_rtr_slot();
+    }
+
     /// See [`DdpRx::release_ird`].
     pub fn release_ird(&mut self) {
         self.ddp.release_ird();

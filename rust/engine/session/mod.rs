@@ -357,13 +357,6 @@ impl<S: Store> Session<S> {
             timeout_ms: cfg.timeout_ms,
         };
         let responder = n.role == Role::Responder;
-        // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1), for the
-        // first FPDU only: `handle_rx` sets `cfg.ird` once one arrived.
-        let rx_ird = if responder && n.rtr == Some(RtrType::Read) {
-            cfg.ird.max(1)
-        } else {
-            cfg.ird
-        };
         self.rtr = match n.send_gate {
             SendGate::RtrFirst(t) => RtrPhase::ToSend(t),
             SendGate::AfterFirstRxFpdu if responder && n.p2p => RtrPhase::Awaiting {
@@ -377,9 +370,15 @@ impl<S: Store> Session<S> {
             n.rx_config(),
             DdpConfig {
                 wire: ulpdu::Config::for_mpa_rev(n.rev, false),
-                ird: rx_ird,
+                ird: cfg.ird,
             },
         );
+        if responder && n.rtr == Some(RtrType::Read) {
+            // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1), beyond
+            // IRD if IRD is used up (IRD 0), for the first FPDU only: `handle_rx` closes
+            // it once one arrived. A Read of any other length may not use it.
+            self.dec.open_rtr_slot();
+        }
         self.irq.clear();
         self.state = SessionState::Active;
         self.reported = Reported::Nothing;
@@ -470,7 +469,7 @@ impl<S: Store> Session<S> {
             }
             // The Read RTR's slot (`start`) served the first FPDU; a Request in the same
             // batch behind the RTR found it taken already.
-            if self.dec.ddp().config().ird != self.cfg.ird {
+            if self.dec.ddp().rtr_slot_open() {
                 self.dec.set_ird(self.cfg.ird);
             }
         }

@@ -252,6 +252,32 @@ fn ird_0_admits_the_read_rtr_and_no_read_after_it() {
 }
 
 #[test]
+fn ird_0_keeps_the_read_rtr_slot_for_a_zero_length_read_only() {
+    // IRD 0 with the Read RTR: the one slot beyond IRD is the zero-length RTR's (RFC 6581
+    // §5). A first Read Request of non-zero length exceeds IRD 0, as it would without the
+    // RTR: refused before anything is read or answered (RFC 5041 §7.1 check 5).
+    let real = read_request(0x77, 8, 0x300, 0x3000);
+    let data = stream(|b| {
+        b.push(&rreq(1, real), &[]);
+    });
+    let h = both(
+        Role::Responder,
+        Some(RtrType::Read),
+        0,
+        1,
+        &[Op::Rx(data), TX],
+    );
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+    assert!(!h
+        .transmits()
+        .iter()
+        .any(|t| matches!(t, Transmit::ReadResponse(_))));
+}
+
+#[test]
 fn depths_reach_max_ord_in_storage_sized_for_them() {
     use rsiw_core::engine::orq::{Orq, OrqEntry, MAX_ORD};
     use rsiw_core::engine::session::irq::{self, Irq};

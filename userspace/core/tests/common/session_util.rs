@@ -486,19 +486,27 @@ impl Harness {
             assert_eq!(self.session.irq().len(), 0, "Read Requests kept after stop");
         }
         // IRD, and one more slot for the Read RTR only while it is the only Request the
-        // peer-to-peer Responder has seen (RFC 6581 §5): IRD 0 answers that one alone.
-        let answered = self
+        // peer-to-peer Responder has seen (RFC 6581 §5): IRD 0 answers that one alone, and
+        // only if it reads nothing.
+        let answered: Vec<_> = self
             .rec
             .out
             .iter()
-            .filter(|o| matches!(o, Out::Tx(Transmit::ReadResponse(_))))
-            .count();
+            .filter_map(|o| match o {
+                Out::Tx(Transmit::ReadResponse(r)) => Some(*r),
+                _ => None,
+            })
+            .collect();
         let waiting = self.session.irq().len();
         let ird = self.session.config().ird as usize;
         if self.role == Role::Responder && self.rtr == Some(RtrType::Read) && ird == 0 {
             assert!(
-                answered + waiting <= 1,
+                answered.len() + waiting <= 1,
                 "IRD 0: a Read Request besides the Read RTR admitted"
+            );
+            assert!(
+                answered.iter().all(|r| r.size == 0),
+                "IRD 0: the Read RTR's slot answered a Read of non-zero length"
             );
         } else {
             assert!(waiting <= ird, "more Read Requests waiting than IRD");
