@@ -10,6 +10,7 @@
 #include <linux/jiffies.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
+#include <linux/pid.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -483,4 +484,25 @@ void rsiw_res_driver_end(struct sk_buff *msg, struct nlattr *table, bool ok)
 		nla_nest_end(msg, table);
 	else
 		nla_nest_cancel(msg, table);
+}
+
+void *rsiw_owner_get(void)
+{
+	return get_task_pid(current, PIDTYPE_TGID);
+}
+
+void rsiw_owner_put(void *owner)
+{
+	put_pid(owner);
+}
+
+bool rsiw_owner_is_current(const void *owner)
+{
+	return task_tgid(current) == owner;
+}
+
+struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp)
+{
+	/* A user QP's PD is one of its context (uverbs looks it up in the caller's file). */
+	return qp->pd && qp->pd->uobject ? qp->pd->uobject->context : NULL;
 }

@@ -255,4 +255,16 @@ void rsiw_wq_flush(void);
 /* in_serving_softirq(): the caller runs a softirq handler (KUnit checks of the context). */
 bool rsiw_in_serving_softirq(void);
 
+/*
+ * The owner of a user object: rsiw_owner_get() is get_task_pid(current, PIDTYPE_TGID), a
+ * counted reference to the calling task's thread group (NULL if the task is exiting),
+ * rsiw_owner_put() is put_pid(), and rsiw_owner_is_current() says whether the calling task
+ * belongs to thread group @owner.  The pointer stays opaque (void *) to the bindings.
+ */
+void *rsiw_owner_get(void);
+/* The user context of a user QP (that of its PD), NULL for a kernel consumer's QP. */
+struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp);
+void rsiw_owner_put(void *owner);
+bool rsiw_owner_is_current(const void *owner);
+
 #endif /* RSIW_HELPERS_H */

@@ -235,9 +235,24 @@ impl<T> IbCq<T> {
 pub(crate) type IbSrq<T> = Obj<bindings::ib_srq, T>;
 /// A memory region: `struct ib_mr` followed by the driver's MR data.
 pub(crate) type IbMr<T> = Obj<bindings::ib_mr, T>;
-/// A user context: `struct ib_ucontext` followed by the entry that reserves its low mmap
-/// offsets (`mem::umap`).
-pub(in crate::sys) type IbUcontext = Obj<bindings::ib_ucontext, super::mem::umap::CtxMaps>;
+/// A user context: `struct ib_ucontext` followed by its [`UctxData`].
+pub(in crate::sys) type IbUcontext = Obj<bindings::ib_ucontext, UctxData>;
+
+/// What rsiw keeps with a user context: the entry that reserves its low mmap offsets
+/// (`mem::umap`), and the process that opened it, the owner of its QPs
+/// ([`IbQp::serves_caller`]).
+pub(in crate::sys) struct UctxData {
+    /// Held for its drop (`dealloc_ucontext`), never read.
+    pub(in crate::sys) _maps: super::mem::umap::CtxMaps,
+    pub(in crate::sys) owner: Owner,
+}
+
+impl IbUcontext {
+    /// Whether the calling task belongs to the process that opened the context.
+    fn owner_is_current(&self) -> bool {
+        self.owner.is_current()
+    }
+}
 
 /// `device_name_into` for the core objects that carry their `ib_device` in `device`.
 macro_rules! device_name_into {
@@ -360,6 +375,45 @@ impl<T> IbSrq<T> {
     }
 }
 
+/// The process that created a user object: a counted reference to its thread group
+/// (`struct pid`), so that a process ID given to another process later names no other
+/// owner.
+///
+/// # Invariants
+///
+/// `pid` is a counted reference from `rsiw_owner_get()`, dropped once, by `drop`.
+pub(in crate::sys) struct Owner {
+    pid: core::ptr::NonNull<kernel::ffi::c_void>,
+}
+
+// SAFETY: a `struct pid` reference may be compared and dropped from any task and context.
+unsafe impl Send for Owner {}
+// SAFETY: comparing reads only the pointer.
+unsafe impl Sync for Owner {}
+
+impl Owner {
+    /// The calling task's thread group, or `None` if the task is exiting.
+    pub(in crate::sys) fn current() -> Option<Self> {
+        // SAFETY: no preconditions; the result is a counted reference or null.
+        let pid = unsafe { bindings::rsiw_owner_get() };
+        // INVARIANT: a counted reference from `rsiw_owner_get()`.
+        core::ptr::NonNull::new(pid).map(|pid| Self { pid })
+    }
+
+    /// Whether the calling task belongs to the owner's thread group.
+    pub(in crate::sys) fn is_current(&self) -> bool {
+        // SAFETY: `pid` is a live reference (invariant); only its address is compared.
+        unsafe { bindings::rsiw_owner_is_current(self.pid.as_ptr()) }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // SAFETY: the counted reference of the invariant, dropped once.
+        unsafe { bindings::rsiw_owner_put(self.pid.as_ptr()) };
+    }
+}
+
 /// A queue pair: `struct ib_qp`, the reference count that `iw_add_ref`/`iw_rem_ref`
 /// hold, and the driver's QP data.
 ///
@@ -427,6 +481,19 @@ impl<T> IbQp<T> {
         let this = raw.cast::<Self>();
         // SAFETY: guaranteed by the caller.
         unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*this).data)) };
+    }
+
+    /// Whether the calling task may bind the QP to a connection (iw_cm's `iw_get_qp` in
+    /// its `rdma_connect` or `rdma_accept`): a user QP only for a task of the process that
+    /// opened its user context, a kernel consumer's QP (no `uobject`) for any caller.
+    pub(crate) fn serves_caller(&self) -> bool {
+        // SAFETY: the QP is live, and so are its PD and, for a user QP, the PD's user
+        // object and context, an rsiw user context (the core destroys a context's QPs
+        // before its PDs and the context).
+        unsafe {
+            let uctx = bindings::rsiw_qp_ucontext(self.as_raw());
+            uctx.is_null() || IbUcontext::from_raw(uctx).owner_is_current()
+        }
     }
 
     /// The CQ of the QP's send completions (`ib_qp::send_cq`). The core sets it before

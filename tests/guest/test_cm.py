@@ -693,3 +693,99 @@ def test_reply_with_no_matching_rtr_terminates(cm_dev_p2p_write):
         f"TERMINATE is not LLP/0/7: {fpdu[20:22].hex()}"
     ulen = int.from_bytes(fpdu[:2], "big")
     assert len(fpdu) == 2 + ulen + (-(2 + ulen)) % 4 + 4, f"more than the TERMINATE: {fpdu.hex()}"
+
+
+VICTIM = textwrap.dedent("""
+    import sys
+    from pyverbs import enums as e
+    from pyverbs.cq import CQ
+    from pyverbs.device import Context
+    from pyverbs.pd import PD
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    ctx = Context(name=sys.argv[1])
+    pd = PD(ctx)
+    cq = CQ(ctx, 8)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
+                           cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+    attr = QPAttr()
+    attr.qp_state = e.IBV_QPS_INIT
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    print(qp.qp_num, flush=True)
+    sys.stdin.readline()
+    print("state", qp.query(e.IBV_QP_STATE)[0].qp_state, flush=True)
+    for obj in (qp, cq, pd, ctx):
+        obj.close()
+    print("destroyed", flush=True)
+    """)
+
+THIEF = textwrap.dedent("""
+    import sys
+    from pyverbs import cm_enums as ce
+    from pyverbs.cmid import AddrInfo, CMID, ConnParam
+    from pyverbs.pyverbs_error import PyverbsRDMAError
+    addr, port, role, qpn = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    param = ConnParam(resources=1, depth=1, qp_num=qpn)
+    if role == "connect":
+        cid = CMID(creator=AddrInfo(src=addr, dst=addr, dst_service=port,
+                                    port_space=ce.RDMA_PS_TCP))
+        try:
+            cid.connect(param)
+            print("connected", flush=True)
+        except PyverbsRDMAError as ex:
+            print(f"connect-errno {ex.error_code}", flush=True)
+        cid.close()
+    else:
+        ls = CMID(creator=AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP,
+                                   flags=ce.RAI_PASSIVE))
+        ls.listen()
+        print("listening", flush=True)
+        req = ls.get_request()
+        try:
+            req.accept(param)
+            print("accepted", flush=True)
+        except PyverbsRDMAError as ex:
+            print(f"accept-errno {ex.error_code}", flush=True)
+        req.close()
+        ls.close()
+    """)
+
+
+@pytest.mark.parametrize("role", ["connect", "accept"])
+def test_another_process_cannot_take_a_qp(cm_dev, role):
+    """A user QP serves only the process that created it: another process's rdma_connect
+    or rdma_accept naming its QP number (librdmacm passes any number to iw_cm) fails with
+    EINVAL and a message naming the cause, and the owner's QP stays in INIT, unconnected,
+    and is destroyed at once (Documentation/rsiw.rst, *Security*)."""
+    port = 7540 if role == "connect" else 7541
+    victim = subprocess.Popen([sys.executable, "-c", VICTIM, DEV], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        qpn = int(victim.stdout.readline())
+        mark = dmesg_mark()
+        if role == "connect":
+            srv = server(port, "accept")
+            p = subprocess.run([sys.executable, "-c", THIEF, ADDR, str(port), role, str(qpn)],
+                               capture_output=True, text=True, timeout=120)
+            srv.kill()
+            srv.wait()
+        else:
+            thief = subprocess.Popen([sys.executable, "-c", THIEF, ADDR, str(port), role,
+                                      str(qpn)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+            assert thief.stdout.readline().strip() == "listening"
+            res = connect(port)
+            out, _ = thief.communicate(timeout=120)
+            p = subprocess.CompletedProcess(thief.args, thief.returncode, out, "")
+            assert res != "connected", res
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.strip() == f"{role}-errno {errno.EINVAL}", p.stdout + p.stderr
+        log = "\n".join(dmesg_since(mark))
+        assert re.search(rf"QP {qpn} belongs to another process", log), log
+        out, _ = victim.communicate("check\n", timeout=60)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    # IBV_QPS_INIT: untouched by the other process's attempt.
+    assert out.split() == ["state", "1", "destroyed"], out

@@ -7,7 +7,7 @@
 use super::{errno, DeviceAttr, DeviceOps, IbDevice, PortAttr, Registry};
 use crate::sys::bindings;
 use crate::sys::mem::umap::CtxMaps;
-use crate::sys::obj::IbUcontext;
+use crate::sys::obj::{IbUcontext, Owner, UctxData};
 use crate::sys::udata::UserResponse;
 use core::mem::MaybeUninit;
 use kernel::prelude::*;
@@ -173,9 +173,13 @@ impl<T: DeviceOps> IbDevice<T> {
         if let Err(e) = T::alloc_ucontext(dev, &mut resp) {
             return e.to_errno();
         }
+        // The process opening the context owns its QPs (`IbQp::serves_caller`).
+        let Some(owner) = Owner::current() else {
+            return ESRCH.to_errno();
+        };
         // SAFETY: the core allocated `size_ib_ucontext` octets, an `IbUcontext`, whose
         // data is uninitialised; a value initialises it infallibly.
-        let Ok(()) = unsafe { IbUcontext::init_data(uctx, maps) };
+        let Ok(()) = unsafe { IbUcontext::init_data(uctx, UctxData { _maps: maps, owner }) };
         0
     }
 

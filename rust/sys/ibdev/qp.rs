@@ -9,9 +9,9 @@ use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState,
 use crate::logtag::Tag;
 use crate::sys::bindings;
 use crate::sys::obj::{IbQp, PdId};
-use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::user;
 use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};
+use crate::sys::{pr_err_ratelimited, pr_warn_ratelimited};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
@@ -328,9 +328,14 @@ impl<T: DeviceOps> IbDevice<T> {
         unsafe { post_result(T::Qp::post_recv(obj, list), bad) }
     }
 
-    /// `iw_get_qp`: the QP with number `qpn`, or null. Like the C siw, this takes no
-    /// reference: iw_cm calls it for a QP its consumer owns (so it cannot be destroyed
-    /// meanwhile) and immediately takes its own with `iw_add_ref`.
+    /// `iw_get_qp`: the QP with number `qpn`, or null if there is none or it is a user QP
+    /// of another process than the caller's (the process that opened its user context). iw_cm calls it in `rdma_connect` and
+    /// `rdma_accept`, in the caller's context, with the number the caller gave (librdmacm
+    /// passes any): the owner check keeps a process from binding another's QP to its own
+    /// connection (iw_cm then fails the call with `EINVAL`). A kernel consumer's QP has no
+    /// owner to check. Like the C siw, this takes no reference: iw_cm calls it for a QP
+    /// its consumer owns (so it cannot be destroyed meanwhile) and immediately takes its
+    /// own with `iw_add_ref`.
     ///
     /// # Safety
     ///
@@ -344,9 +349,24 @@ impl<T: DeviceOps> IbDevice<T> {
         let Ok(qpn) = u32::try_from(qpn) else {
             return core::ptr::null_mut();
         };
-        dev.qps
-            .with(qpn, |p| p.cast::<bindings::ib_qp>())
-            .unwrap_or(core::ptr::null_mut())
+        let found = dev.qps.with(qpn, |p| {
+            let qp = p.cast::<bindings::ib_qp>();
+            // SAFETY: a published QP stays live while the table holds it (its lock is
+            // held here).
+            let serves = unsafe { IbQp::<T::Qp>::from_raw(qp) }.serves_caller();
+            (qp, serves)
+        });
+        match found {
+            Some((qp, true)) => qp,
+            Some((_, false)) => {
+                pr_warn_ratelimited!(
+                    "{}: QP {qpn} belongs to another process: connect or accept refused\n",
+                    Tag::with_name(|b| dev.name_into(b), None)
+                );
+                core::ptr::null_mut()
+            }
+            None => core::ptr::null_mut(),
+        }
     }
 
     /// `iw_add_ref`: a reference that keeps `destroy_qp` from freeing the QP.
