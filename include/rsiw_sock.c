@@ -154,6 +154,11 @@ int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to,
 	return skb_copy_bits(skb, offset, to, len) ? -EFAULT : 0;
 }
 
+u32 rsiw_skb_crc32c(const struct sk_buff *skb, unsigned int offset, size_t len, u32 crc)
+{
+	return skb_crc32c(skb, offset, len, crc);
+}
+
 void rsiw_sk_lock(struct socket *sock)
 {
 	lock_sock(sock->sk);

@@ -64,6 +64,9 @@ int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool 
 /* skb_copy_bits(): 0 or -EFAULT. */
 int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len);
 
+/* skb_crc32c(): @crc extended over @len octets at @offset of @skb (which holds them). */
+u32 rsiw_skb_crc32c(const struct sk_buff *skb, unsigned int offset, size_t len, u32 crc);
+
 /*
  * lock_sock() / release_sock(): the caller owns the socket in between (process context;
  * may sleep).  Segments and ACKs arriving meanwhile wait in the socket's backlog, which

@@ -29,7 +29,6 @@ use crate::logtag::{CauseText, KeptTag};
 use crate::qp::Qp;
 use crate::stag::{access_bits, Mem};
 use crate::sys::ibdev::QpRef;
-use crate::sys::mem::kmem::crc32c_kva;
 use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};
 use crate::sys::obj::PdId;
 use crate::sys::pr_warn_ratelimited;
@@ -233,8 +232,12 @@ impl RxCtx<'_> {
                 chunk
                     .copy_to_kva(pos, &dst)
                     .map_err(|_| PlaceError::Failed)?;
+                // Over the octets received, not over `dst`: the region's owner, or another
+                // connection placing into it, may write there at any time.
                 if let Some(c) = crc.as_deref_mut() {
-                    *c = crc32c_kva(*c, &dst);
+                    *c = chunk
+                        .crc32c(pos, n as usize, *c)
+                        .map_err(|_| PlaceError::Failed)?;
                 }
                 pos += n as usize;
                 len -= n as usize;
@@ -378,15 +381,9 @@ impl RxStream for ChunkStream<'_, '_, '_> {
 
     fn skip(&mut self, len: usize, crc: Option<&mut u32>) {
         if let Some(c) = crc {
-            let mut buf = [0u8; 64];
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(buf.len());
-                if self.chunk.copy_to(self.pos + done, &mut buf[..n]).is_err() {
-                    break;
-                }
-                *c = crate::sys::crc32c(*c, &buf[..n]);
-                done += n;
+            // The decoder never skips more than `available()`.
+            if let Ok(v) = self.chunk.crc32c(self.pos, len, *c) {
+                *c = v;
             }
         }
         self.pos += len;

@@ -719,6 +719,19 @@ impl SkbChunk<'_> {
         })
     }
 
+    /// Folds the `len` octets starting `at` octets into the chunk into the running
+    /// CRC32c value `crc` (RFC 5044 §4.4), read from the socket buffer itself: what was
+    /// received, whatever happens to a copy of it.
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` if the range leaves the chunk.
+    pub(crate) fn crc32c(&self, at: usize, len: usize, crc: u32) -> Result<u32> {
+        let off = self.range(at, len)?;
+        // SAFETY: `skb` holds the range (invariant and the check above); it is only read.
+        Ok(unsafe { b::rsiw_skb_crc32c(self.skb, off, len, crc) })
+    }
+
     fn range(&self, at: usize, len: usize) -> Result<u32> {
         match at.checked_add(len) {
             Some(end) if end <= self.len => u32::try_from(at)
