@@ -341,10 +341,10 @@ impl<S: Store> DdpRx<S> {
     }
 
     /// Lets one Read Request beyond IRD be outstanding if it is of zero length, until
-    /// [`DdpRx::set_ird`]: the slot a Responder keeps for the peer-to-peer model's
-    /// zero-length Read RTR (RFC 6581 §5, §9.1), which the session closes after the first
-    /// FPDU. A Read Request of non-zero length, or an Atomic Request, beyond IRD is
-    /// refused as any other (RFC 5041 §7.1 check 5).
+    /// [`DdpRx::set_ird`]: the slot a Responder with IRD 0 keeps for the peer-to-peer
+    /// model's zero-length Read RTR (RFC 6581 §5, §9.1), which the session closes after
+    /// the first FPDU's batch. A Read Request of non-zero length, or an Atomic Request,
+    /// beyond IRD is refused as any other (RFC 5041 §7.1 check 5).
     pub fn open_rtr_slot(&mut self) {
         self.rtr_slot = true;
     }

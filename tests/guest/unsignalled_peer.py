@@ -3,7 +3,7 @@
 its completion: WRs posted *without* IBV_SEND_SIGNALED, whose buffers the consumer may
 reuse once a later WR completed, and signalled ones.
 
-    unsignalled_peer.py server ADDR PORT N SIZE [scribble]
+    unsignalled_peer.py server ADDR PORT N SIZE
     unsignalled_peer.py client ADDR PORT N SIZE [signalled|reuse]
 
 The server accepts one connection, posts N+1 receives (N for the client's Sends, one for
@@ -22,19 +22,13 @@ see what the buffer held when the WR was posted. With `reuse`, the WRs are unsig
 and the client overwrites every buffer as soon as the signalled "done" completed (which
 completes the WRs before it): TCP may still hold their data, not yet sent or to be
 retransmitted, and the peer must still see what the buffers held when they were posted.
-With `scribble`, the client's Writes all go to the first SIZE octets of the buffer, and a
-thread of the server's overwrites those without pause until "done" arrived (as an owner may, RFC 5040 leaving such a buffer's content
-undefined), and the server checks only the Sends: with CRC on, the Writes must still pass
-the CRC, which covers what was received, not what the buffer holds afterwards.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
 """
 
-import ctypes
 import struct
 import sys
-import threading
 
 import pyverbs.cm_enums as ce
 from pyverbs import enums as e
@@ -70,21 +64,7 @@ def mismatch(what, got, want):
     return None if len(got) == len(want) else f"{what}: {len(got)} octets, want {len(want)}"
 
 
-def scribbler(addr, size):
-    """Starts a thread that overwrites `size` octets at `addr` until the returned event
-    is set (ctypes.memset releases the interpreter lock)."""
-    stop = threading.Event()
-
-    def run():
-        k = 0
-        while not stop.is_set():
-            ctypes.memset(addr, k & 0xFF, size)
-            k += 1
-    threading.Thread(target=run, daemon=True).start()
-    return stop
-
-
-def server(addr, port, n, size, scribble=False):
+def server(addr, port, n, size):
     ai = AddrInfo(src=addr, src_service=str(port), port_space=ce.RDMA_PS_TCP,
                   flags=ce.RAI_PASSIVE)
     listener = CMID(creator=ai, qp_init_attr=init_attr(n))
@@ -99,11 +79,9 @@ def server(addr, port, n, size, scribble=False):
     cid.post_recv(done)
     cid.accept(ConnParam())
     ad = cid.reg_msgs(16)
-    # The stride of the client's Writes: all into the first SIZE octets when scribbled.
-    ad.write(struct.pack("<QII", sink.buf, sink.rkey, 0 if scribble else size), 16)
+    ad.write(struct.pack("<QI4x", sink.buf, sink.rkey), 16)
     cid.post_send(ad, e.IBV_SEND_SIGNALED)
     expect("advertisement send", cid.get_send_comp())
-    stop = scribbler(sink.buf, size) if scribble else None
     errs = []
     for i, mr in enumerate(recvs):
         wc = expect(f"receive {i}", cid.get_recv_comp(), e.IBV_WC_RECV)
@@ -113,13 +91,9 @@ def server(addr, port, n, size, scribble=False):
     expect("done receive", cid.get_recv_comp(), e.IBV_WC_RECV)
     if done.read(4, 0) != b"done":
         errs.append(f"last message is {done.read(4, 0)!r}, want b'done'")
-    if stop:
-        stop.set()
-    else:
-        data = sink.read(n * size, 0)
-        for i in range(n):
-            errs.append(mismatch(f"Write {i}", data[i * size:(i + 1) * size],
-                                 pattern(i, size)))
+    data = sink.read(n * size, 0)
+    for i in range(n):
+        errs.append(mismatch(f"Write {i}", data[i * size:(i + 1) * size], pattern(i, size)))
     errs = [x for x in errs if x]
     # Tell the client the result, so that it stays connected until the check is done.
     verdict = cid.reg_msgs(16)
@@ -148,10 +122,10 @@ def client(addr, port, n, size, signalled=False, reuse=False):
     done.write(b"done", 4)
     cid.connect(ConnParam())
     expect("advertisement", cid.get_recv_comp(), e.IBV_WC_RECV)
-    raddr, rkey, stride = struct.unpack("<QII", ad.read(16, 0))
+    raddr, rkey = struct.unpack("<QI4x", ad.read(16, 0))
     flags = e.IBV_SEND_SIGNALED if signalled else 0
     for i, mr in enumerate(writes):
-        cid.post_write(mr, size, raddr + i * stride, rkey, flags)
+        cid.post_write(mr, size, raddr + i * size, rkey, flags)
         if signalled:
             expect(f"Write {i}", cid.get_send_comp(), e.IBV_WC_RDMA_WRITE)
             mr.write(pattern(200 + i, size), size)
@@ -179,7 +153,7 @@ def client(addr, port, n, size, signalled=False, reuse=False):
 if __name__ == "__main__":
     role, a, p, cnt, sz = sys.argv[1:6]
     if role == "server":
-        server(a, int(p), int(cnt), int(sz), sys.argv[6:7] == ["scribble"])
+        server(a, int(p), int(cnt), int(sz))
     else:
         client(a, int(p), int(cnt), int(sz), sys.argv[6:7] == ["signalled"],
                sys.argv[6:7] == ["reuse"])

@@ -373,10 +373,11 @@ impl<S: Store> Session<S> {
                 ird: cfg.ird,
             },
         );
-        if responder && n.rtr == Some(RtrType::Read) {
-            // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1), beyond
-            // IRD if IRD is used up (IRD 0), for the first FPDU only: `handle_rx` closes
-            // it once one arrived. A Read of any other length may not use it.
+        if responder && n.rtr == Some(RtrType::Read) && cfg.ird == 0 {
+            // A zero-length Read RTR needs one inbound Read slot (RFC 6581 §9.1): with IRD
+            // 0, one beyond it, for the first FPDU only (`handle_rx` closes it after the
+            // batch that holds it, where it is taken already). A Read of any other length
+            // may not use it. With IRD 1 or more the RTR takes one of IRD's slots.
             self.dec.open_rtr_slot();
         }
         self.irq.clear();

@@ -278,6 +278,28 @@ fn ird_0_keeps_the_read_rtr_slot_for_a_zero_length_read_only() {
 }
 
 #[test]
+fn ird_1_with_the_read_rtr_admits_no_second_read_in_the_same_batch() {
+    // IRD 1 with the Read RTR: the RTR takes IRD's one slot; a second zero-length Read
+    // in the same batch exceeds IRD (no slot beyond it with IRD 1 or more).
+    let rtr = read_request(0x77, 0, 0, 0);
+    let data = stream(|b| {
+        b.push(&rreq(1, rtr), &[]);
+        b.push(&rreq(2, rtr), &[]);
+    });
+    let h = both(
+        Role::Responder,
+        Some(RtrType::Read),
+        1,
+        1,
+        &[Op::Rx(data), TX],
+    );
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+}
+
+#[test]
 fn depths_reach_max_ord_in_storage_sized_for_them() {
     use rsiw_core::engine::orq::{Orq, OrqEntry, MAX_ORD};
     use rsiw_core::engine::session::irq::{self, Irq};
