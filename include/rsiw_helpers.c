@@ -501,6 +501,11 @@ bool rsiw_owner_is_current(const void *owner)
 	return task_tgid(current) == owner;
 }
 
+bool rsiw_qp_is_user(const struct ib_qp *qp)
+{
+	return qp->uobject;
+}
+
 struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp)
 {
 	/* A user QP's PD is one of its context (uverbs looks it up in the caller's file). */

@@ -262,7 +262,12 @@ bool rsiw_in_serving_softirq(void);
  * belongs to thread group @owner.  The pointer stays opaque (void *) to the bindings.
  */
 void *rsiw_owner_get(void);
-/* The user context of a user QP (that of its PD), NULL for a kernel consumer's QP. */
+/*
+ * rsiw_qp_is_user(): whether @qp was created through uverbs (qp->uobject set);
+ * rsiw_qp_ucontext(): the user context of its PD, one of the QP's own (uverbs looks the PD
+ * up in the caller's file), or NULL.
+ */
+bool rsiw_qp_is_user(const struct ib_qp *qp);
 struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp);
 void rsiw_owner_put(void *owner);
 bool rsiw_owner_is_current(const void *owner);

@@ -156,7 +156,23 @@ int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to,
 
 u32 rsiw_skb_crc32c(const struct sk_buff *skb, unsigned int offset, size_t len, u32 crc)
 {
+#if IS_ENABLED(CONFIG_NET_CRC32C)
 	return skb_crc32c(skb, offset, len, crc);
+#else
+	/* skb_crc32c() is built only with NET_CRC32C, which nothing may have selected. */
+	u8 buf[256];
+
+	while (len) {
+		size_t n = min(len, sizeof(buf));
+
+		if (skb_copy_bits(skb, offset, buf, n))
+			break;
+		crc = crc32c(crc, buf, n);
+		offset += n;
+		len -= n;
+	}
+	return crc;
+#endif
 }
 
 void rsiw_sk_lock(struct socket *sock)

@@ -64,7 +64,10 @@ int rsiw_tcp_read(struct socket *sock, rsiw_read_actor_t actor, void *ctx, bool 
 /* skb_copy_bits(): 0 or -EFAULT. */
 int rsiw_skb_copy_bits(const struct sk_buff *skb, unsigned int offset, void *to, size_t len);
 
-/* skb_crc32c(): @crc extended over @len octets at @offset of @skb (which holds them). */
+/*
+ * skb_crc32c(): @crc extended over @len octets at @offset of @skb (which holds them);
+ * through a copy where the kernel has no skb_crc32c() (CONFIG_NET_CRC32C unset).
+ */
 u32 rsiw_skb_crc32c(const struct sk_buff *skb, unsigned int offset, size_t len, u32 crc);
 
 /*

@@ -763,8 +763,17 @@ impl Conn {
         // The FPDU TCP took in part is finished from a copy of its own, so that the WR it
         // came from can complete now and the TERMINATE still follow it; without the
         // memory for that copy, the connection closes here (no TERMINATE can follow an
-        // FPDU cut short).
+        // FPDU cut short). One TCP took nothing of is dropped (unless it is our
+        // TERMINATE's).
+        let terminating = matches!(g.tx.job, Some((JobKind::Terminate, _)));
         let t = &mut *g.tx;
+        if t.fpdu
+            .as_ref()
+            .is_some_and(|f| f.untouched() && !terminating)
+        {
+            t.fpdu = None;
+            t.bufs.clear();
+        }
         if let Some(f) = t.fpdu.as_mut() {
             if let Err(e) = f.detach(&mut t.bufs) {
                 pr_warn_ratelimited!(

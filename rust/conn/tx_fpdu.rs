@@ -223,6 +223,11 @@ impl TxFpdu {
         }
     }
 
+    /// Whether TCP has taken none of the FPDU yet.
+    pub(super) fn untouched(&self) -> bool {
+        self.sent == 0
+    }
+
     /// Whether the FPDU ends its message.
     pub(super) fn last(&self) -> bool {
         self.last
@@ -255,13 +260,19 @@ impl TxFpdu {
     /// dropped, not sent.
     pub(super) fn detach(&mut self, bufs: &mut FpduBufs) -> Result {
         let rest = self.len.checked_sub(self.sent).ok_or(EINVAL)?;
-        let mut own = KVec::with_capacity(rest, GFP_KERNEL)?;
-        let mut at = 0usize;
+        let part_len = |p: &Part| match p {
+            Part::Own { len, .. } => Ok(*len),
+            Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL),
+        };
+        // The parts hold the FPDU's last octets (all of them, unless detached already).
+        let mut total = 0usize;
         for p in bufs.parts.iter() {
-            let n = match p {
-                Part::Own { len, .. } => *len,
-                Part::Mem(k) => usize::try_from(k.len()).map_err(|_| EINVAL)?,
-            };
+            total = total.checked_add(part_len(p)?).ok_or(EINVAL)?;
+        }
+        let mut at = self.len.checked_sub(total).ok_or(EINVAL)?;
+        let mut own = KVec::with_capacity(rest, GFP_KERNEL)?;
+        for p in bufs.parts.iter() {
+            let n = part_len(p)?;
             let (start, end) = (at, at + n);
             at = end;
             if end <= self.sent {

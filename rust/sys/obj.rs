@@ -491,8 +491,12 @@ impl<T> IbQp<T> {
         // object and context, an rsiw user context (the core destroys a context's QPs
         // before its PDs and the context).
         unsafe {
+            if !bindings::rsiw_qp_is_user(self.as_raw()) {
+                return true;
+            }
+            // A user QP without a context serves nobody.
             let uctx = bindings::rsiw_qp_ucontext(self.as_raw());
-            uctx.is_null() || IbUcontext::from_raw(uctx).owner_is_current()
+            !uctx.is_null() && IbUcontext::from_raw(uctx).owner_is_current()
         }
     }
 

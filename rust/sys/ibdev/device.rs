@@ -168,15 +168,16 @@ impl<T: DeviceOps> IbDevice<T> {
             Ok(m) => m,
             Err(e) => return e.to_errno(),
         };
+        // The process opening the context owns its QPs (`IbQp::serves_caller`).
+        // Taken before the driver counts the context: nothing to give back on failure.
+        let Some(owner) = Owner::current() else {
+            return ESRCH.to_errno();
+        };
         // SAFETY: the core passes the valid udata of this `alloc_ucontext` call.
         let mut resp = unsafe { UserResponse::from_raw(udata) };
         if let Err(e) = T::alloc_ucontext(dev, &mut resp) {
             return e.to_errno();
         }
-        // The process opening the context owns its QPs (`IbQp::serves_caller`).
-        let Some(owner) = Owner::current() else {
-            return ESRCH.to_errno();
-        };
         // SAFETY: the core allocated `size_ib_ucontext` octets, an `IbUcontext`, whose
         // data is uninitialised; a value initialises it infallibly.
         let Ok(()) = unsafe { IbUcontext::init_data(uctx, UctxData { _maps: maps, owner }) };
