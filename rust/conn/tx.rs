@@ -401,8 +401,9 @@ impl Conn {
     /// Executes a LOCAL_INV ([`WrOpcode::InvalStag`]) or REG_MR SQE of a kernel QP and
     /// completes it. A failure completes it with [`WcStatus::LocProtErr`] (LOCAL_INV: no
     /// such STag, another PD, a DMA MR; REG_MR: no page list, still valid, another PD)
-    /// and moves the QP to ERROR. Returns whether the TX path can go on.
-    fn local_op(pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
+    /// and fails the QP ([`Conn::fail_local`]). Returns whether the TX path can go on (it
+    /// can after a failure: with the TERMINATE).
+    fn local_op(&self, pd: PdId, qp: &QpRef<Device>, w: &SendWqe) -> bool {
         let dev = qp.device();
         let r = if w.opcode == WrOpcode::InvalStag {
             dev.stags.invalidate(w.rkey, pd).map_err(|e| {
@@ -433,24 +434,39 @@ impl Conn {
             return false;
         }
         if r.is_err() {
-            Qp::enter_error(qp.qp(), None);
-            return false;
+            self.fail_local(qp, None);
         }
         true
+    }
+
+    /// A local error (a malformed SQE, a failed local operation, a WQE that cannot be
+    /// started) puts the QP in ERROR, reporting `event`: the session's TERMINATE, RDMAP
+    /// local catastrophic error (RFC 5040 §7.2), becomes due first, under the receive
+    /// lock, so that from then on nothing the peer sends is placed or answered (a QP
+    /// outside RTS serves no peer), and the connection closes once it is sent.
+    fn fail_local(&self, qp: &QpRef<Device>, event: Option<QpEvent>) {
+        self.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
+        Qp::enter_error(qp.qp(), event);
     }
 
     /// Starts the SQ head if the session admits it (RFC 5040 §5.2 ORD and the read
     /// fence): an RDMA Read's sink enters the session's ORQ and its WQE `reads_out` before
     /// the Request can reach the peer; other WQEs are sent or, for LOCAL_INV and REG_MR,
-    /// executed. Returns `false` if nothing was started.
+    /// executed. Returns `false` if nothing was started; `true` also after a local error
+    /// failed the QP ([`Conn::fail_local`]), whose TERMINATE goes next.
     fn next_sqe(this: &Conn, g: &mut Inner) -> bool {
         let Some(qp) = g.qp.as_ref() else {
             return false;
         };
         // A taken SQE is released already: a Send or Write the session has nothing to
         // decide about.
-        let Some((w, taken)) = take_sqe(qp) else {
-            return false;
+        let (w, taken) = match take_sqe(qp) {
+            Taken::Sqe(w, taken) => (w, taken),
+            Taken::Empty => return false,
+            Taken::Malformed => {
+                this.fail_local(qp, Some(QpEvent::ReqErr));
+                return true;
+            }
         };
         let read = if taken {
             None
@@ -458,12 +474,12 @@ impl Conn {
             match this.admit_sqe(g.pd, qp, &w) {
                 HeadAdmit::Go(read) => read,
                 HeadAdmit::Wait => return false,
-                HeadAdmit::Fail(status) => return complete_and_fail(qp, &w, false, status),
+                HeadAdmit::Fail(status) => return this.complete_and_fail(qp, &w, false, status),
             }
         };
         if matches!(w.opcode, WrOpcode::InvalStag | WrOpcode::RegMr) {
             // Local operations: executed in SQ order, nothing goes on the wire.
-            return Self::local_op(g.pd, qp, &w);
+            return this.local_op(g.pd, qp, &w);
         }
         if let Some(sink) = read {
             let req = ReadRequest {
@@ -509,9 +525,28 @@ impl Conn {
             }
             Err(status) => {
                 g.tx.job = None;
-                complete_and_fail(qp, &w, taken, status)
+                this.complete_and_fail(qp, &w, taken, status)
             }
         }
+    }
+
+    /// Completes SQE `w` with `status` (releasing its slot, unless `released` from the SQ
+    /// already) and fails the QP ([`Conn::fail_local`]). Returns `true`: the TX path goes
+    /// on, with the TERMINATE.
+    fn complete_and_fail(
+        &self,
+        qp: &QpRef<Device>,
+        w: &SendWqe,
+        released: bool,
+        status: WcStatus,
+    ) -> bool {
+        if released {
+            Qp::complete_send(qp.qp(), &w.done(), status, 0);
+        } else {
+            let _ = Qp::complete_sqe(qp.qp(), w, status, 0);
+        }
+        self.fail_local(qp, None);
+        true
     }
 
     /// Asks the session to admit SQE `w`, the SQ head, where it has anything to decide
@@ -655,23 +690,34 @@ fn sqe_message(w: &SendWqe, len: u32) -> Result<Message, WcStatus> {
     }
 }
 
+/// What [`take_sqe`] found at the SQ head.
+enum Taken {
+    /// A well-formed SQE, released from the SQ already if `true`.
+    Sqe(SendWqe, bool),
+    /// Nothing posted.
+    Empty,
+    /// A malformed SQE, completed with an error; the caller fails the QP
+    /// (`IB_EVENT_QP_REQ_ERR`).
+    Malformed,
+}
+
 /// Takes the SQ head of `qp`, released at once (`true`) if it is a Send or an RDMA Write
 /// without the read fence: one the session admits whenever it offers the SQ
-/// ([`SqHead::needs_admit`]). A malformed one completes with an error and moves the QP to
-/// ERROR (`IB_EVENT_QP_REQ_ERR`).
-fn take_sqe(qp: &QpRef<Device>) -> Option<(SendWqe, bool)> {
+/// ([`SqHead::needs_admit`]). A malformed one completes with an error
+/// ([`Taken::Malformed`]).
+fn take_sqe(qp: &QpRef<Device>) -> Taken {
     let plain = |w: &SendWqe| {
         matches!(
             w.opcode,
             WrOpcode::Send | WrOpcode::SendRemoteInv | WrOpcode::Write
         ) && !sq_head(w, None).needs_admit()
     };
-    match Qp::next_sqe(qp.qp(), plain)? {
-        Ok(w) => Some(w),
-        Err(bad) => {
+    match Qp::next_sqe(qp.qp(), plain) {
+        None => Taken::Empty,
+        Some(Ok((w, taken))) => Taken::Sqe(w, taken),
+        Some(Err(bad)) => {
             let _ = Qp::fail_sqe(qp.qp(), &bad);
-            Qp::enter_error(qp.qp(), Some(QpEvent::ReqErr));
-            None
+            Taken::Malformed
         }
     }
 }
@@ -683,18 +729,6 @@ fn sq_head(w: &SendWqe, read: Option<ReadSink>) -> SqHead {
         fenced: w.flags & READ_FENCE != 0,
         read,
     }
-}
-
-/// Completes SQE `w` with `status` (releasing its slot, unless `released` from the SQ
-/// already) and moves the QP to ERROR. Returns `false` (nothing was started).
-fn complete_and_fail(qp: &QpRef<Device>, w: &SendWqe, released: bool, status: WcStatus) -> bool {
-    if released {
-        Qp::complete_send(qp.qp(), &w.done(), status, 0);
-    } else {
-        let _ = Qp::complete_sqe(qp.qp(), w, status, 0);
-    }
-    Qp::enter_error(qp.qp(), None);
-    false
 }
 
 /// Resolves the local SGEs of SQE `w` with payload to their memory regions into `list`

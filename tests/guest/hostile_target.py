@@ -47,11 +47,14 @@ post with ENOMEM), moves the QP to ERROR and prints {"sends": how many were take
 [[WR ID, status, opcode], ...]} of the send CQ.
 
 `longsge` (Responder only) is a QP of its own like `sqorder`'s with two SGEs per send WQE:
-it prints {"depth": SQ_DEPTH}, accepts, posts one signalled Send whose two SGEs over one
-64-octet MR claim 2 GiB each (4 GiB in all, one octet beyond the longest message) and
-prints {"wcs": [[WR ID, status, opcode], ...], "state": the QP's state, "events": the
-asynchronous events, waiting up to 10 s for the first} once the send CQ has a completion
-or 30 s passed.
+on its PD it registers a FILL region of three pages with a remote-write and a remote-read
+MR over the middle one, prints {"depth": SQ_DEPTH, "addr", "wkey", "rkey"} (as the keys
+above), accepts, posts one signalled Send whose two SGEs over one 64-octet MR claim 2 GiB
+each (4 GiB in all, one octet beyond the longest message) and prints {"wcs": [[WR ID,
+status, opcode], ...], "state": the QP's state, "events": the asynchronous events,
+waiting up to 10 s for the first} once the send CQ has a completion or 30 s passed. It
+then waits for a line on its standard input and prints {"changes": the runs of the
+region that are no longer FILL}.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -262,7 +265,13 @@ def serve_longsge(cid, ctx, go):
     """The `longsge` connection on `cid` (no QP of its own), established by `go(param)`."""
     pd, cq, qp = own_qp(ctx, 2)
     small = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
-    print(json.dumps({"depth": SQ_DEPTH}), flush=True)
+    region = MR(pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
+    region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
+    middle = region.buf + PAGE
+    wr = MR(pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=middle)
+    ro = MR(pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
+    print(json.dumps({"depth": SQ_DEPTH, "addr": middle, "wkey": wr.rkey, "rkey": ro.rkey}),
+          flush=True)
     go(ConnParam(resources=1, depth=1, qp_num=qp.qp_num))
     half = 1 << 31
     qp.post_send(SendWR(wr_id=7, opcode=e.IBV_WR_SEND, num_sge=2,
@@ -277,11 +286,13 @@ def serve_longsge(cid, ctx, go):
     state = qp.query(e.IBV_QP_STATE)[0].qp_state
     print(json.dumps({"wcs": wcs, "state": state, "events": async_events(ctx, 10)}),
           flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"changes": changed_runs(region.read(3 * PAGE, 0))}), flush=True)
     try:
         cid.disconnect()
     except PyverbsError:
         pass  # the connection ended with the QP's ERROR
-    for obj in (qp, small, cq, pd, cid):
+    for obj in (qp, ro, wr, region, small, cq, pd, cid):
         obj.close()
 
 

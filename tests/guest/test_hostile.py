@@ -288,7 +288,8 @@ def target(rsiw, dummy):
     def spawn(role, n, mode):
         port = PORT if role == "listen" else PEER_PORT
         p = subprocess.Popen([sys.executable, TARGET, role, ADDR, str(port), str(n), *mode],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
         # A reader thread per target, so that every wait for a line has a deadline
         # (select() on the pipe would miss lines the text wrapper has read ahead).
         p.lines = queue.Queue()
@@ -344,6 +345,12 @@ def target(rsiw, dummy):
                     p.wait()
                 raise AssertionError("target failed: " + line + rest(p))
             return json.loads(line)
+
+        def tell(line):
+            # A line for a target that waits for one (`longsge`).
+            cur["p"].stdin.write(line + "\n")
+            cur["p"].stdin.flush()
+        report.tell = tell
         return report
 
     yield start
@@ -944,20 +951,29 @@ def test_send_longer_than_a_message_fails_locally(target):
     4 GiB - 1 octets: two SGEs of 2 GiB over a 64-octet MR, which libsiw writes into the
     SQ unchecked) completes with a local length error, the QP enters ERROR, and nothing
     of it reaches the peer: the SQE is refused when it is read from the ring, before any
-    of its memory is resolved. The consumer gets one QP_REQ_ERR event."""
+    of its memory is resolved. The consumer gets one QP_REQ_ERR event. A QP failed by a
+    local error serves the peer no more: rsiw sends a TERMINATE (RDMAP local catastrophic
+    error, RFC 5040 §7.2) and closes, and a Write and a Read Request the peer sends after
+    the failure place nothing and get no Read Response."""
     report = target(1, "longsge")
     s = socket.create_connection((ADDR, PORT), timeout=T_IO)
     s.sendall(mpa_request())
-    assert report() == {"depth": 8}
+    keys = report()
+    assert keys["depth"] == 8, keys
     rep = recv_exact(s, 20)
     assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
     recv_exact(s, int.from_bytes(rep[18:20], "big"))
     r = report(timeout=T_IO)
     assert r == {"wcs": [[7, IBV_WC_LOC_LEN_ERR, IBV_WC_SEND]], "state": IBV_QPS_ERR,
                  "events": [IBV_EVENT_QP_REQ_ERR]}, r
-    # A TERMINATE for the local error may follow (under 100 octets); the Send's FPDUs,
-    # of up to MULPDU octets each, may not.
-    s.settimeout(5)
+    try:
+        s.sendall(write(keys["wkey"], keys["addr"] + 64, b"\xEE" * 16)
+                  + read_request(keys["rkey"], keys["addr"], 64))
+    except OSError:
+        pass  # rsiw may have closed already
+    # The TERMINATE (under 100 octets), then the close; none of the Send's FPDUs, of up
+    # to MULPDU octets each, and no Read Response.
+    s.settimeout(T_IO)
     got = b""
     try:
         while len(got) < 1 << 16:
@@ -965,10 +981,15 @@ def test_send_longer_than_a_message_fails_locally(target):
             if not chunk:
                 break
             got += chunk
-    except OSError:
+    except ConnectionResetError:
         pass
-    assert len(got) < 100, f"rsiw sent {len(got)} octets after the refused WQE: {got[:64].hex()}"
+    except TimeoutError:
+        raise AssertionError(f"rsiw did not close after the local error; sent {got.hex()}")
     s.close()
+    assert len(got) < 100, f"rsiw sent {len(got)} octets after the refused WQE: {got[:64].hex()}"
+    assert terminate_of(got)[:3] == (0, 0, 0x00), got.hex()
+    report.tell("check")
+    assert report(timeout=T_IO) == {"changes": []}
 
 
 @pytest.mark.parametrize("role", ROLES)
