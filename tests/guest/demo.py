@@ -275,7 +275,7 @@ def interop():
     run(f"ip netns exec {NS_B} rdma link add siw0 type siw netdev {VETH_B}")
     run(f"ip netns exec {NS_A} ping -c 1 -W 10 {IP_B}")
     cap = capture("/tmp/demo-interop.pcap", VETH_A, NS_A)
-    # siw as the client: the C siw's accept path has a race (README, "Known issues").
+    # siw as the client: the C siw's accept path has a race (Documentation/known-issues.md).
     rping_pair(IP_A, 7175, RPING_COUNT, server_ns=NS_A, client_ns=NS_B)
     d = decoded(cap)
     say(f"[5] interop: the C siw's rping client (siw0, namespace {NS_B}) -> rsiw's server "
