@@ -487,9 +487,8 @@ impl<T> IbQp<T> {
     /// its `rdma_connect` or `rdma_accept`): a user QP only for a task of the process that
     /// opened its user context, a kernel consumer's QP (no `uobject`) for any caller.
     pub(crate) fn serves_caller(&self) -> bool {
-        // SAFETY: the QP is live, and so are its PD and, for a user QP, the PD's user
-        // object and context, an rsiw user context (the core destroys a context's QPs
-        // before its PDs and the context).
+        // SAFETY: the QP, its PD and, for a user QP, the PD's user object and rsiw context
+        // are live: the core destroys a context's QPs before its PDs and the context.
         unsafe {
             if !bindings::rsiw_qp_is_user(self.as_raw()) {
                 return true;
