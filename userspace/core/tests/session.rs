@@ -34,6 +34,19 @@ fn stream(f: impl FnOnce(&mut Builder)) -> Vec<u8> {
     b.bytes()
 }
 
+/// A Read Request beyond IRD ended the session with DDP's MSN-range TERMINATE (RFC 5041
+/// §7.1 check 5), and no Read Response went out.
+fn assert_beyond_ird_unanswered(h: &Harness) {
+    assert_terminated(
+        h,
+        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
+    );
+    assert!(!h
+        .transmits()
+        .iter()
+        .any(|t| matches!(t, Transmit::ReadResponse(_))));
+}
+
 fn harness(role: Role, rtr: Option<RtrType>, ird: u32, ord: u32) -> Harness {
     Harness::new(&negotiated(role, Framing::CRC, rtr), ird, ord)
 }
@@ -182,14 +195,7 @@ fn read_requests_are_answered_in_order_within_ird() {
         b.push(&rreq(3, a), &[]);
     });
     let h = both(Role::Responder, None, 2, 0, &[Op::Rx(data), TX]);
-    assert_terminated(
-        &h,
-        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
-    );
-    assert!(!h
-        .transmits()
-        .iter()
-        .any(|t| matches!(t, Transmit::ReadResponse(_))));
+    assert_beyond_ird_unanswered(&h);
 }
 
 #[test]
@@ -267,14 +273,7 @@ fn ird_0_keeps_the_read_rtr_slot_for_a_zero_length_read_only() {
         1,
         &[Op::Rx(data), TX],
     );
-    assert_terminated(
-        &h,
-        TermCause::ddp(DdpError::Untagged(UntaggedError::MsnRange)),
-    );
-    assert!(!h
-        .transmits()
-        .iter()
-        .any(|t| matches!(t, Transmit::ReadResponse(_))));
+    assert_beyond_ird_unanswered(&h);
 }
 
 #[test]
