@@ -55,8 +55,9 @@
 //! [`Session::poll_event`]: crate::engine::session::Session::poll_event
 //! [`Session::poll_timeout`]: crate::engine::session::Session::poll_timeout
 
-use crate::abi::WcStatus;
+use crate::abi::{access, WcStatus};
 use crate::device::{Device, Stat};
+use crate::engine::ddp_rx::QpAccess;
 use crate::engine::ddp_tx::DdpTx;
 use crate::engine::session::{Close, Event, SessionConfig};
 use crate::engine::startup::Negotiated;
@@ -567,6 +568,8 @@ impl Conn {
             Qp::detach_conn(qp.qp());
             return Err(e);
         }
+        // Before the socket's callbacks move here: the first FPDU meets the QP's rights.
+        Qp::grant_connected_access(qp.qp(), this);
         sock.detach();
         if let Err(e) = sock.attach(this.clone(), None) {
             Qp::detach_conn(qp.qp());
@@ -691,6 +694,21 @@ impl Conn {
             // A local error may have made a TERMINATE due, with its deadline.
             Self::arm_timer(self, &mut g);
         }
+    }
+
+    /// Enforces the QP's access flags `flags` (`enum ib_access_flags`) on what the peer
+    /// sends from its next segment on: RDMA Writes need `REMOTE_WRITE`, Read Requests
+    /// `REMOTE_READ`, whatever the memory grants ([`Session::set_qp_access`]).
+    ///
+    /// [`Session::set_qp_access`]: crate::engine::session::Session::set_qp_access
+    pub(crate) fn set_qp_access(&self, flags: u32) {
+        let has = |f: u32| flags & f != 0;
+        let access = QpAccess {
+            write: has(access::REMOTE_WRITE),
+            read: has(access::REMOTE_READ),
+            atomic: has(access::REMOTE_ATOMIC),
+        };
+        self.rx.lock().session.set_qp_access(access);
     }
 
     /// Closes the connection from the consumer's side (disconnect or QP destroy):

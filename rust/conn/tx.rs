@@ -85,9 +85,11 @@ pub(super) enum JobKind {
 
 /// The session's answer for the SQ head ([`Conn::admit_sqe`]).
 enum HeadAdmit {
-    /// Start it (an RDMA Read with its sink, which entered the ORQ).
+    /// Start it (an RDMA Read with its sink, which entered the ORQ, and whose WQE left
+    /// the SQ for `reads_out`).
     Go(Option<ReadSink>),
-    /// Not now: resumed when a Read Response completes an outstanding Read.
+    /// Not now: resumed when a Read Response completes an outstanding Read, or (the
+    /// slot went stale) never.
     Wait,
     /// Complete it with this status; the QP fails.
     Fail(WcStatus),
@@ -494,17 +496,6 @@ impl Conn {
                 this.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
                 return true;
             }
-            if Qp::release_sqe(qp.qp(), w.slot).is_err() {
-                // A flush completed it already: the QP is in ERROR.
-                g.tx.ddp.abort();
-                return false;
-            }
-            // Within the capacity reserved for ORD entries (the session admits no more).
-            {
-                let mut rx = this.rx.lock();
-                let _ = rx.reads_out.push(w.done(), GFP_ATOMIC);
-                this.reads_outstanding.store(true, Ordering::Relaxed);
-            }
             g.tx.job = Some((JobKind::Read, Payload::None));
             return true;
         }
@@ -566,7 +557,28 @@ impl Conn {
             // Admitted by the session's offer of the SQ in `next_job`: no receive lock.
             return HeadAdmit::Go(None);
         }
-        let admit = self.rx.lock().session.admit(&head);
+        let mut rx = self.rx.lock();
+        let admit = rx.session.admit(&head);
+        if let (Admit::Go, Some(sink)) = (admit, read) {
+            // The Read's WQE leaves the SQ for `reads_out` in the same hold of the receive
+            // lock as its sink entered the ORQ, so that the two stay in step for every
+            // Read Response. A slot gone stale since it was read (a flush completed it,
+            // or its owner cleared its VALID flag) takes its ORQ entry back: no Request
+            // goes out for it.
+            if Qp::release_sqe(qp.qp(), w.slot).is_err() {
+                if !rx.session.withdraw_read(sink) {
+                    // Not reached: nothing reached the session since it admitted the Read.
+                    drop(rx);
+                    self.fail_session(TermCause::rdmap(RdmapError::LocalCatastrophic));
+                }
+                return HeadAdmit::Wait;
+            }
+            // Within the capacity reserved for ORD entries (the session admits no more).
+            let _ = rx.reads_out.push(w.done(), GFP_ATOMIC);
+            self.reads_outstanding.store(true, Ordering::Relaxed);
+            return HeadAdmit::Go(read);
+        }
+        drop(rx);
         match admit {
             Admit::Wait => HeadAdmit::Wait,
             Admit::Refuse => {

@@ -65,6 +65,47 @@ pub struct DdpConfig {
     pub ird: u32,
 }
 
+/// The remote operations the QP admits, whatever its memory grants: the QP's access
+/// flags (`IB_ACCESS_REMOTE_WRITE`, `_READ`, `_ATOMIC`), checked before the STag of an
+/// RDMA Write, a Read Request or an Atomic Request is looked at. The memory's own rights
+/// are checked after ([`MemoryLookup::check_tagged`]); both must grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAccess {
+    /// RDMA Writes may be placed (tagged segments other than Read Responses).
+    pub write: bool,
+    /// Read Requests may be answered.
+    pub read: bool,
+    /// Atomic Requests may be executed (RFC 7306).
+    pub atomic: bool,
+}
+
+impl QpAccess {
+    /// Every remote operation: the QP does not narrow what the memory grants.
+    pub const ALL: Self = QpAccess {
+        write: true,
+        read: true,
+        atomic: true,
+    };
+
+    /// No remote operation.
+    pub const NONE: Self = QpAccess {
+        write: false,
+        read: false,
+        atomic: false,
+    };
+
+    /// Whether the QP admits a remote operation that needs `access` on its memory
+    /// ([`Access::LocalWrite`], a Read Response into this side's own sink, always).
+    pub const fn admits(self, access: Access) -> bool {
+        match access {
+            Access::RemoteWrite => self.write,
+            Access::RemoteRead => self.read,
+            Access::RemoteAtomic => self.atomic,
+            Access::LocalWrite => true,
+        }
+    }
+}
+
 /// Why the receiver stopped the deframer; [`UlpduReceiver::Error`] of [`DdpReceiver`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -140,7 +181,8 @@ enum Verdict {
 ///    last segment that leaves it short 1/1/0x01); the shell enters each Read with
 ///    [`DdpRx::post_read`] before its Request is sent;
 /// 3. tagged (Write, Read Response), non-zero payload only (RFC 5041 §5.2: zero-length
-///    tagged segments are not checked): TO + length wraps 64 bits (DDP 1/1/0x03), then
+///    tagged segments are not checked): TO + length wraps 64 bits (DDP 1/1/0x03), a Write
+///    the QP does not admit ([`DdpRx::set_qp_access`]: DDP 1/1/0x00), then
 ///    [`MemoryLookup::check_tagged`] with [`Access::RemoteWrite`] or
 ///    [`Access::LocalWrite`] ([`TaggedCheck::ddp_cause`]);
 /// 4. untagged, except Terminate: MSN equals the queue's expected MSN (DDP 1/2/0x03), MO
@@ -150,8 +192,8 @@ enum Verdict {
 ///      segment of a Send with Invalidate, [`MemoryLookup::check_invalidate`]
 ///      ([`InvalidateCheck::cause`]);
 ///    - QN 1: fewer than IRD requests outstanding (DDP 1/2/0x03); Read Request with a
-///      non-zero size: source TO + size wraps (RDMAP 0/1/0x04), then
-///      [`MemoryLookup::check_tagged`] with [`Access::RemoteRead`]
+///      non-zero size: source TO + size wraps (RDMAP 0/1/0x04), a Read the QP does not
+///      admit (RDMAP 0/1/0x02), then [`MemoryLookup::check_tagged`] with [`Access::RemoteRead`]
 ///      ([`TaggedCheck::rdmap_cause`], echoing the Read Request header); Atomic Request: TO
 ///      not 8-aligned (RDMAP 0/2/0x07), TO + 8 wraps (0/1/0x04), then
 ///      [`Access::RemoteAtomic`];
@@ -189,6 +231,8 @@ pub struct DdpRx<S: Store = Fixed> {
     /// length: the peer-to-peer Read RTR's slot (RFC 6581 §5, §9.1), open until
     /// [`DdpRx::set_ird`].
     rtr_slot: bool,
+    /// The remote operations the QP admits ([`DdpRx::set_qp_access`]).
+    qp_access: QpAccess,
 }
 
 /// [`DdpRx`] bound to the shell's memory and event sink for one
@@ -249,11 +293,13 @@ impl<S: Store> DdpRx<S> {
             orq,
             ird_used: 0,
             rtr_slot: false,
+            qp_access: QpAccess::ALL,
         }
     }
 
     /// Starts the receiver over in place with `cfg`, as [`DdpRx::with_orq`] would build it
-    /// with the ORQ it has (emptied).
+    /// with the ORQ it has (emptied); the QP's access ([`DdpRx::set_qp_access`]), a
+    /// property of the QP rather than of the stream, is kept.
     pub fn restart(&mut self, cfg: DdpConfig) {
         self.cfg = cfg;
         self.state = RxState::Active;
@@ -273,6 +319,21 @@ impl<S: Store> DdpRx<S> {
         self.orq.clear();
         self.ird_used = 0;
         self.rtr_slot = false;
+    }
+
+    /// Sets the remote operations the QP admits from the next segment on (the QP's access
+    /// flags; [`QpAccess::ALL`] until set). A segment of a Write, a Read Request or an
+    /// Atomic Request with payload (or a non-zero size) that the QP does not admit is
+    /// refused as if its STag did not grant the right: DDP Invalid STag (1/1/0x00) for a
+    /// Write segment, RDMAP Access Rights (0/1/0x02) for a request (RFC 5041 §7.1, RFC
+    /// 5040 §7.2 item 4). Zero-length ones are not checked, as for the memory's rights.
+    pub fn set_qp_access(&mut self, access: QpAccess) {
+        self.qp_access = access;
+    }
+
+    /// The remote operations the QP admits.
+    pub const fn qp_access(&self) -> QpAccess {
+        self.qp_access
     }
 
     /// The configuration in use.
@@ -325,6 +386,13 @@ impl<S: Store> DdpRx<S> {
     /// [`PushError`]: the ORQ is full, or the sink's range wraps 64 bits.
     pub fn post_read(&mut self, sink: ReadSink) -> Result<(), PushError> {
         self.orq.push(sink)
+    }
+
+    /// Takes back the Read [`DdpRx::post_read`] entered last, whose Request did not go
+    /// out, if its sink is `sink` and nothing of a Response was accepted for it
+    /// ([`Orq::withdraw`]). Returns whether it was removed.
+    pub fn withdraw_read(&mut self, sink: ReadSink) -> bool {
+        self.orq.withdraw(sink)
     }
 
     /// The outbound Reads whose Responses are outstanding.
@@ -520,7 +588,11 @@ impl<S: Store> DdpRx<S> {
                 if to.checked_add(u64::from(len)).is_none() {
                     return Err(TermCause::ddp(DdpError::Tagged(TaggedError::ToWrap)));
                 }
-                mem.check_tagged(stag, to, len, tagged_access(h.opcode))
+                let access = tagged_access(h.opcode);
+                if !self.qp_access.admits(access) {
+                    return Err(TaggedCheck::AccessRights.ddp_cause());
+                }
+                mem.check_tagged(stag, to, len, access)
                     .map_err(TaggedCheck::ddp_cause)
             }
             Placement::Untagged { qn, msn, mo } => {
@@ -548,7 +620,7 @@ impl<S: Store> DdpRx<S> {
                             // RFC 5040 §7.2 item 4: only non-zero-length reads are checked.
                             return Ok(());
                         }
-                        Self::check_source(mem, rr.src_stag, rr.src_to, rr.size, Access::RemoteRead)
+                        self.check_source(mem, rr.src_stag, rr.src_to, rr.size, Access::RemoteRead)
                     }
                     RdmapHeader::AtomicRequest(a) => {
                         // Eight octets to read: never the RTR slot's.
@@ -558,7 +630,7 @@ impl<S: Store> DdpRx<S> {
                                 OperationError::CatastrophicStream,
                             )));
                         }
-                        Self::check_source(mem, a.stag, a.to, 8, Access::RemoteAtomic)
+                        self.check_source(mem, a.stag, a.to, 8, Access::RemoteAtomic)
                     }
                     RdmapHeader::AtomicResponse(_) | RdmapHeader::Terminate(_) => Ok(()),
                     RdmapHeader::None | RdmapHeader::Immediate(_) => {
@@ -588,8 +660,10 @@ impl<S: Store> DdpRx<S> {
         }
     }
 
-    /// RDMAP-layer check of a buffer the peer reads or updates (RFC 5040 §7.2 items 4a-4e).
+    /// RDMAP-layer check of a buffer the peer reads or updates (RFC 5040 §7.2 items 4a-4e),
+    /// after the QP's own access ([`DdpRx::set_qp_access`]).
     fn check_source<M: MemoryLookup>(
+        &self,
         mem: &mut M,
         stag: u32,
         to: u64,
@@ -600,6 +674,9 @@ impl<S: Store> DdpRx<S> {
             return Err(TermCause::rdmap(RdmapError::RemoteProtection(
                 ProtectionError::ToWrap,
             )));
+        }
+        if !self.qp_access.admits(access) {
+            return Err(TaggedCheck::AccessRights.rdmap_cause());
         }
         mem.check_tagged(stag, to, len, access)
             .map_err(TaggedCheck::rdmap_cause)

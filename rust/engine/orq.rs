@@ -207,6 +207,17 @@ impl<S: Slots<OrqEntry>> Orq<S> {
         })
     }
 
+    /// Takes back the newest Read if its sink is `sink` and no octet of its Response was
+    /// accepted: the shell entered it ([`Orq::push`]) and then found it could not send its
+    /// Request (the work request was withdrawn before it started). Returns whether it
+    /// was removed; otherwise nothing changes.
+    pub fn withdraw(&mut self, sink: ReadSink) -> bool {
+        match self.ring.back() {
+            Some(e) if e.sink == sink && e.got == 0 => self.ring.pop_back().is_some(),
+            _ => false,
+        }
+    }
+
     /// Forgets every outstanding Read (the stream ended).
     pub fn clear(&mut self) {
         self.ring.clear();

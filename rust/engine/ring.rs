@@ -128,6 +128,22 @@ impl<T: Copy, S: Slots<T>> Ring<T, S> {
         Some(v)
     }
 
+    /// The newest entry.
+    pub fn back(&self) -> Option<&T> {
+        let n = self.capacity();
+        if self.len == 0 || n == 0 {
+            return None;
+        }
+        self.slots.as_ref().get((self.head + self.len - 1) % n)
+    }
+
+    /// Removes and returns the newest entry (the one [`Ring::push`] added last).
+    pub fn pop_back(&mut self) -> Option<T> {
+        let v = *self.back()?;
+        self.len -= 1;
+        Some(v)
+    }
+
     /// Drops every entry.
     pub fn clear(&mut self) {
         self.head = 0;

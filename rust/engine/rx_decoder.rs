@@ -11,7 +11,7 @@
 //! own TERMINATE, the decoder consumes and discards everything without placing or reporting
 //! anything (RFC 5044 §8, RFC 5041 §7.1, RFC 5040 §7).
 
-use super::ddp_rx::{DdpConfig, DdpRx, MemoryLookup, RxEvents, RxState, Stop};
+use super::ddp_rx::{DdpConfig, DdpRx, MemoryLookup, QpAccess, RxEvents, RxState, Stop};
 use super::mpa_rx::{MpaRx, RxConfig, RxError};
 use super::orq::{Orq, PushError, ReadSink};
 use super::ring::{Fixed, Store};
@@ -106,6 +106,16 @@ impl<S: Store> Decoder<S> {
     /// As [`DdpRx::post_read`].
     pub fn post_read(&mut self, sink: ReadSink) -> Result<(), PushError> {
         self.ddp.post_read(sink)
+    }
+
+    /// See [`DdpRx::set_qp_access`].
+    pub fn set_qp_access(&mut self, access: QpAccess) {
+        self.ddp.set_qp_access(access);
+    }
+
+    /// See [`DdpRx::withdraw_read`].
+    pub fn withdraw_read(&mut self, sink: ReadSink) -> bool {
+        self.ddp.withdraw_read(sink)
     }
 
     /// Stops the decoder for an error found outside it (see [`DdpRx::fail`]): from then

@@ -28,8 +28,9 @@
 //! `modify_qp` into a state the table does not allow.
 
 use super::{invalid, Pos, Qp, Who, VALID};
-use crate::abi::{Rqe, Sqe};
+use crate::abi::{access, Rqe, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
+use crate::conn::Conn;
 use crate::cq::{Cq, Cqe, Notify};
 use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::mem::ring::{Ring, RingElem};
@@ -388,8 +389,24 @@ impl Qp {
         }
         if let Some(access) = change.access {
             attrs.access = access;
+            // A connected QP enforces them from the peer's next segment on.
+            if let Some(c) = Self::conn(qp) {
+                c.set_qp_access(access);
+            }
         }
         Ok(())
+    }
+
+    /// For the connection manager, once the QP entered RTS on connection `c`: the QP
+    /// gains the remote rights iw_cm gives every connected iWARP QP (`REMOTE_WRITE |
+    /// REMOTE_READ`, `iw_cm_init_qp_attr`), which librdmacm's active side never applies
+    /// (its QP reaches INIT, with access flags 0, before its iw_cm ID exists), and `c`
+    /// enforces the result. Under the attributes' mutex, so that a concurrent `modify_qp`
+    /// of the access flags is enforced either after this or not at all. May sleep.
+    pub(crate) fn grant_connected_access(qp: &IbQp<Qp>, c: &Conn) {
+        let mut attrs = qp.attrs.lock();
+        attrs.access |= access::REMOTE_WRITE | access::REMOTE_READ;
+        c.set_qp_access(attrs.access);
     }
 
     /// For the connection manager: the iWARP connection of the QP is established (MPA

@@ -5,7 +5,7 @@ connects to the hostile peer listening on ADDR:PORT), and reports, for each, wha
 peer's FPDUs did to its memory.
 
     hostile_target.py listen|connect ADDR PORT N [read|read0|flood|wipe|norecv|bigread|takeback]
-    hostile_target.py listen ADDR PORT N sqorder|longsge
+    hostile_target.py listen ADDR PORT N sqorder|longsge|narrow
 
 Per connection it registers, on the connection's PD, one region of three pages filled with
 FILL (local write only), and over its middle page two MRs: one with remote write access,
@@ -55,6 +55,14 @@ status, opcode], ...], "state": the QP's state, "events": the asynchronous event
 waiting up to 10 s for the first} once the send CQ has a completion or 30 s passed. It
 then waits for a line on its standard input and prints {"changes": the runs of the
 region that are no longer FILL}.
+
+`narrow` (Responder only) is a QP of its own like `longsge`'s, with the same region and
+MRs, and prints {"addr", "wkey", "rkey"}. Once connected it waits for a line on its
+standard input, then for the region to change (the peer's first Write, up to 30 s), then
+narrows the QP's access flags to LOCAL_WRITE (`modify_qp` in RTS with
+IBV_QP_ACCESS_FLAGS only) and prints {"access": the QP's access flags as `query_qp`
+reports them before and after, "changes": the runs that are no longer FILL}. After one
+more line on its standard input it prints {"changes", "state": the QP's state}.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -296,6 +304,39 @@ def serve_longsge(cid, ctx, go):
         obj.close()
 
 
+def serve_narrow(cid, ctx, go):
+    """The `narrow` connection on `cid` (no QP of its own), established by `go(param)`."""
+    pd, cq, qp = own_qp(ctx, 1)
+    region = MR(pd, 3 * PAGE, e.IBV_ACCESS_LOCAL_WRITE)
+    region.write(bytes([FILL]) * (3 * PAGE), 3 * PAGE)
+    middle = region.buf + PAGE
+    wr = MR(pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=middle)
+    ro = MR(pd, PAGE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ, address=middle)
+    print(json.dumps({"addr": middle, "wkey": wr.rkey, "rkey": ro.rkey}), flush=True)
+    go(ConnParam(resources=1, depth=1, qp_num=qp.qp_num))
+    sys.stdin.readline()
+    deadline = time.monotonic() + 30
+    while not changed_runs(region.read(3 * PAGE, 0)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = qp.query(e.IBV_QP_ACCESS_FLAGS)[0].qp_access_flags
+    attr = QPAttr()
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+    qp.modify(attr, e.IBV_QP_ACCESS_FLAGS)
+    after = qp.query(e.IBV_QP_ACCESS_FLAGS)[0].qp_access_flags
+    print(json.dumps({"access": [before, after],
+                      "changes": changed_runs(region.read(3 * PAGE, 0))}), flush=True)
+    sys.stdin.readline()
+    state = qp.query(e.IBV_QP_STATE)[0].qp_state
+    print(json.dumps({"changes": changed_runs(region.read(3 * PAGE, 0)), "state": state}),
+          flush=True)
+    try:
+        cid.disconnect()
+    except PyverbsError:
+        pass  # the connection ended with the TERMINATE
+    for obj in (qp, ro, wr, region, cq, pd, cid):
+        obj.close()
+
+
 def main():
     role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else None
@@ -310,7 +351,7 @@ def main():
             serve_one(cid, cid.context, mode, cid.connect)
         return
     ai = AddrInfo(src=addr, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
-    qp_of_its_own = mode in ("sqorder", "longsge")
+    qp_of_its_own = mode in ("sqorder", "longsge", "narrow")
     listener = CMID(creator=ai, qp_init_attr=None if qp_of_its_own else init)
     listener.listen()
     print("ready", flush=True)
@@ -321,6 +362,8 @@ def main():
             serve_sqorder(cid, listener.context, cid.accept)
         elif mode == "longsge":
             serve_longsge(cid, listener.context, cid.accept)
+        elif mode == "narrow":
+            serve_narrow(cid, listener.context, cid.accept)
         else:
             serve_one(cid, listener.context, mode, cid.accept)
     listener.close()

@@ -992,6 +992,58 @@ def test_send_longer_than_a_message_fails_locally(target):
     assert report(timeout=T_IO) == {"changes": []}
 
 
+IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ = 1, 2, 4
+
+
+@pytest.mark.parametrize("op", ["write", "read_request"])
+def test_qp_access_flags_narrowed_refuse_the_peer(target, op):
+    """The QP's access flags limit what its MRs grant. A QP connected through the RDMA
+    CM has REMOTE_WRITE | REMOTE_READ (as iw_cm gives every iWARP QP; this one was in INIT
+    with LOCAL_WRITE only), and the peer's first Write lands. Once the consumer narrows
+    the flags to LOCAL_WRITE (`modify_qp` in RTS), the peer's next Write into the same MR
+    gets a TERMINATE with DDP invalid STag (1/1/0x00, RFC 5041 §7.1: no placement
+    allowed; DDP has no access-rights code) and its Read Request one with RDMAP access
+    rights (0/1/0x02, RFC 5040 §7.2); nothing is placed, no Read Response is sent, and the
+    connection closes with the QP in ERROR."""
+    report = target(1, "narrow")
+    s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+    s.sendall(mpa_request())
+    keys = report()
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    s.sendall(write(keys["wkey"], keys["addr"], b"\x11" * 16))
+    report.tell("written")
+    r = report(timeout=T_IO)
+    granted = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
+    assert r["access"] == [granted, IBV_ACCESS_LOCAL_WRITE], r
+    first = [[PAGE, "11" * 16]]
+    assert r["changes"] == first, r
+    refused, cause = {
+        "write": (write(keys["wkey"], keys["addr"] + 64, b"\xEE" * 16), (1, 1, 0x00)),
+        "read_request": (read_request(keys["rkey"], keys["addr"], 64), (0, 1, 0x02)),
+    }[op]
+    s.sendall(refused)
+    s.settimeout(T_IO)
+    got = b""
+    try:
+        while len(got) < 1 << 16:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        raise AssertionError(f"rsiw did not close after the refused {op}; sent {got.hex()}")
+    s.close()
+    # The TERMINATE alone (under 100 octets): no Read Response of 64 octets.
+    assert len(got) < 100, f"rsiw sent {len(got)} octets: {got[:64].hex()}"
+    assert terminate_of(got)[:3] == cause, got.hex()
+    report.tell("check")
+    assert report(timeout=T_IO) == {"changes": first, "state": IBV_QPS_ERR}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_read_with_ord_0_fails_locally(target, peer, role):
     """An RDMA Read posted on a connection whose ORD is 0 (rdma_cm's initiator depth 0,

@@ -51,7 +51,7 @@
 
 pub mod irq;
 
-use super::ddp_rx::{DdpConfig, MemoryLookup, RxEvents, RxState};
+use super::ddp_rx::{DdpConfig, MemoryLookup, QpAccess, RxEvents, RxState};
 use super::mpa_rx::RxConfig;
 use super::orq::{Orq, PushError, ReadSink};
 use super::ring::{Fixed, Slots, Store};
@@ -586,6 +586,23 @@ impl<S: Store> Session<S> {
                 Admit::Wait
             }
         }
+    }
+
+    /// Sets the remote operations the QP admits from the next segment on: its access
+    /// flags, which the memory's rights cannot widen ([`super::ddp_rx::DdpRx::set_qp_access`];
+    /// [`QpAccess::ALL`] until set, kept across [`Session::start`]).
+    pub fn set_qp_access(&mut self, access: QpAccess) {
+        self.dec.set_qp_access(access);
+    }
+
+    /// Takes back the RDMA Read [`Session::admit`] let in last, with sink `sink`, whose
+    /// Request the shell will not send after all (its work request was withdrawn from
+    /// the SQ before it started): its ORQ entry goes, so that the next Read Response is
+    /// checked against the sink of a Read whose Request went out (RFC 5040 §5.2). Call it
+    /// before anything else reaches the session. Returns whether the entry was removed
+    /// (`false`: the newest entry is not that Read; nothing changes).
+    pub fn withdraw_read(&mut self, sink: ReadSink) -> bool {
+        self.dec.withdraw_read(sink)
     }
 
     /// The shell is about to queue the last octet of the Read Response it got from

@@ -12,7 +12,7 @@ const N: usize = 5;
 
 proptest! {
     #[test]
-    fn ring_is_a_bounded_fifo(ops in prop::collection::vec(0u8..4, 0..200)) {
+    fn ring_is_a_bounded_fifo(ops in prop::collection::vec(0u8..5, 0..200)) {
         let ring: Ring<u32, [u32; N]> = Ring::new(0);
         prop_assert_eq!(ring.capacity(), N);
         check(ring, N, ops)?;
@@ -21,7 +21,7 @@ proptest! {
     #[test]
     fn ring_over_allocated_slots_is_a_bounded_fifo(
         cap in 0usize..9,
-        ops in prop::collection::vec(0u8..4, 0..200),
+        ops in prop::collection::vec(0u8..5, 0..200),
     ) {
         let ring: Ring<u32, Vec<u32>> = Ring::with_slots(vec![7; cap]);
         prop_assert_eq!(ring.capacity(), cap);
@@ -56,6 +56,7 @@ fn check<S: Slots<u32>>(
                     *f += 1000;
                 }
             }
+            3 => prop_assert_eq!(ring.pop_back(), model.pop_back()),
             _ => {
                 if i % 7 == 0 {
                     ring.clear();
@@ -66,6 +67,7 @@ fn check<S: Slots<u32>>(
         prop_assert_eq!(ring.len(), model.len());
         prop_assert_eq!(ring.is_empty(), model.is_empty());
         prop_assert_eq!(ring.front(), model.front());
+        prop_assert_eq!(ring.back(), model.back());
     }
     Ok(())
 }

@@ -17,13 +17,14 @@ mod session_util;
 
 use ddp_util::{rreq, rresp, send, write, Builder, Framing};
 use proptest::prelude::*;
+use rsiw_core::engine::ddp_rx::QpAccess;
 use rsiw_core::engine::orq::ReadSink;
 use rsiw_core::engine::session::{Admit, Close, Event, RtrPhase, SessionState, SqHead, Transmit};
 use rsiw_core::engine::startup::Role;
 use rsiw_core::engine::stream::PlaceTarget;
 use rsiw_core::wire::ddp::{DdpError, TaggedError, UntaggedError};
 use rsiw_core::wire::mpa::{MpaErrorCode, RtrType};
-use rsiw_core::wire::rdmap::{Opcode, OperationError, RdmapError, ReadRequest};
+use rsiw_core::wire::rdmap::{Opcode, OperationError, ProtectionError, RdmapError, ReadRequest};
 use rsiw_core::wire::terminate::{TermCause, Terminate};
 use rsiw_core::wire::ulpdu::{Config, RdmapHeader, UlpduHeader};
 use session_util::*;
@@ -124,6 +125,59 @@ fn read_response_completes_the_admitted_read_only() {
     assert_eq!(placed(&h).len(), 1);
 }
 
+/// A Read whose work request the shell withdrew after admitting it (its SQ slot went
+/// stale before the Request went out) leaves no ORQ entry: it takes no ORD slot, and the
+/// next Read Response is checked against the next Read's sink, not the withdrawn one's.
+#[test]
+fn a_withdrawn_read_leaves_no_orq_entry() {
+    const READ2: SqHead = SqHead {
+        fenced: false,
+        read: Some(ReadSink {
+            stag: 0x200,
+            to: 0x2400,
+            len: 0x10,
+        }),
+    };
+    let good = stream(|b| {
+        b.push(&rresp(0x200, 0x2400, true), &[5; 0x10]);
+    });
+    let h = both(
+        Role::Initiator,
+        None,
+        0,
+        1,
+        &[Op::PostWithdrawn(READ), Op::Post(READ2), TX, Op::Rx(good)],
+    );
+    assert_eq!(h.session.state(), SessionState::Active);
+    assert_eq!(h.session.reads_outstanding(), 0);
+    assert!(h.out().iter().any(|o| matches!(
+        o,
+        Out::ReadDone(d) if d.stag == 0x200 && d.len == 0x10
+    )));
+    // The withdrawn Read's sink takes no Response.
+    let stale = stream(|b| {
+        b.push(&rresp(0x200, 0x2000, true), &[6; 0x20]);
+    });
+    let h = both(
+        Role::Initiator,
+        None,
+        0,
+        1,
+        &[
+            Op::PostWithdrawn(READ),
+            Op::Post(READ2),
+            TX,
+            Op::Rx(stale),
+            TX,
+        ],
+    );
+    assert!(placed(&h).is_empty());
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Tagged(TaggedError::BaseBounds)),
+    );
+}
+
 #[test]
 fn unsolicited_read_response_terminates_and_places_nothing() {
     for last in [false, true] {
@@ -169,6 +223,74 @@ fn read_response_mismatches_terminate_before_placement() {
         assert!(placed(&h).is_empty(), "{hdr:?}");
         assert_terminated(&h, cause);
         assert!(!h.out().iter().any(|o| matches!(o, Out::ReadDone(_))));
+    }
+}
+
+/// The QP's access flags limit what the memory grants (MR 0x100 grants remote write,
+/// 0x300 remote read): with them narrowed, the peer's Write is refused as an Invalid STag
+/// (DDP 1/1/0x00) and its Read Request as an access rights violation (RDMAP 0/1/0x02),
+/// nothing placed or answered. Zero-length ones are not checked, and a Write the QP
+/// admitted before the change is placed.
+#[test]
+fn qp_access_flags_refuse_writes_and_reads_the_memory_grants() {
+    let no_write = QpAccess {
+        write: false,
+        ..QpAccess::ALL
+    };
+    let no_read = QpAccess {
+        read: false,
+        ..QpAccess::ALL
+    };
+    let w = |to| {
+        stream(|b| {
+            b.push(&write(0x100, to, true), &[3; 0x10]);
+        })
+    };
+    let h = both(
+        Role::Responder,
+        None,
+        2,
+        0,
+        &[
+            Op::Rx(w(0x1000)),
+            Op::SetAccess(no_write),
+            Op::Rx(w(0x1010)),
+            TX,
+        ],
+    );
+    assert_eq!(placed(&h).len(), 1, "only the Write before the change");
+    assert_terminated(
+        &h,
+        TermCause::ddp(DdpError::Tagged(TaggedError::InvalidStag)),
+    );
+
+    let a = read_request(0x77, 8, 0x300, 0x3000);
+    let zero = read_request(0x78, 0, 0x300, 0x3000);
+    for (access, cause) in [
+        (no_read, ProtectionError::AccessRights),
+        (QpAccess::NONE, ProtectionError::AccessRights),
+    ] {
+        let data = stream(|b| {
+            b.push(&rreq(1, zero), &[]);
+            b.push(&write(0x100, 0x1000, true), &[]);
+            b.push(&rreq(2, a), &[]);
+        });
+        let h = both(
+            Role::Responder,
+            None,
+            2,
+            0,
+            &[Op::SetAccess(access), Op::Rx(data), TX],
+        );
+        assert!(placed(&h).is_empty());
+        assert_eq!(
+            h.transmits()
+                .iter()
+                .filter(|t| matches!(t, Transmit::ReadResponse(r) if r.size != 0))
+                .count(),
+            0
+        );
+        assert_terminated(&h, TermCause::rdmap(RdmapError::RemoteProtection(cause)));
     }
 }
 

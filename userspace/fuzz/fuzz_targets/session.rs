@@ -7,8 +7,9 @@
 //! granted (a remote-write MR for a Write, the sink of an admitted, outstanding Read for a
 //! Read Response, a posted receive for a Send); Read completions in order and exact;
 //! nothing placed, completed or sent after the session stopped but one TERMINATE; RTR
-//! first, Responder gated; IRD, ORD and the read fence kept; the same outcome when every
-//! peer octet arrives alone.
+//! first, Responder gated; IRD, ORD and the read fence kept; a withdrawn Read leaves no
+//! ORQ entry; the QP's access flags refuse what they do not grant; the same outcome when
+//! every peer octet arrives alone.
 
 #![no_main]
 

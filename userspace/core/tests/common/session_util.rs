@@ -17,7 +17,10 @@
 //!   sends nothing before the first FPDU arrived;
 //! - at most IRD Read Requests wait for their Response (with IRD 0, the peer-to-peer
 //!   Responder answers the Read RTR and nothing else), at most ORD Reads are outstanding,
-//!   and a fenced work request is admitted only with no Read outstanding.
+//!   and a fenced work request is admitted only with no Read outstanding;
+//! - a QP's access flags limit what the memory grants: no Write is placed while the QP
+//!   admits none, and no Read Request of non-zero size accepted while it admits no Reads
+//!   is answered.
 //!
 //! Needs `mpa_util` and `ddp_util` declared next to it at the crate root.
 
@@ -25,7 +28,7 @@
 
 use crate::ddp_util::{check_placement, Framing, MockMem};
 use crate::mpa_util::SliceRx;
-use rsiw_core::engine::ddp_rx::{Access, MessageDone, TaggedDone};
+use rsiw_core::engine::ddp_rx::{Access, MessageDone, QpAccess, TaggedDone};
 use rsiw_core::engine::orq::{Orq, OrqEntry, ReadSink};
 use rsiw_core::engine::ring::Store;
 use rsiw_core::engine::session::irq::{self, Irq};
@@ -118,6 +121,10 @@ pub enum Op {
     Rx(Vec<u8>),
     /// A work request reaches the SQ head.
     Post(SqHead),
+    /// A work request reaches the SQ head and, once admitted, turns out withdrawn (its
+    /// slot went stale, as a user may clear it): the shell does not start it, and takes
+    /// an admitted Read back ([`Session::withdraw_read`]).
+    PostWithdrawn(SqHead),
     /// Poll the transmit side until it has nothing of its own; `terminate_sent`: report a
     /// TERMINATE queued (otherwise the transport is stuck).
     Transmit { terminate_sent: bool },
@@ -125,6 +132,8 @@ pub enum Op {
     Advance(u64),
     /// The shell fails the session with this cause.
     Fail(TermCause),
+    /// The consumer changes the QP's access flags.
+    SetAccess(QpAccess),
 }
 
 /// Queue storage allocated for the depths of one connection, as the kernel's shell
@@ -147,8 +156,8 @@ pub struct Harness {
     outstanding: VecDeque<ReadSink>,
     /// Octets Read Responses placed into the oldest outstanding Read's sink so far.
     sink_at: u64,
-    /// The SQ head waiting for admission.
-    sq: VecDeque<SqHead>,
+    /// The SQ head waiting for admission, and whether it is withdrawn once admitted.
+    sq: VecDeque<(SqHead, bool)>,
     role: Role,
     rtr: Option<RtrType>,
     /// Something was transmitted.
@@ -167,6 +176,9 @@ pub struct Harness {
     pub last_wake: bool,
     /// Every placement, in order.
     pub placed: Vec<(PlaceTarget, Vec<u8>)>,
+    /// For each Read Request in the IRQ, oldest first: whether it was accepted while the
+    /// QP admitted no Reads.
+    irq_unread: VecDeque<bool>,
 }
 
 impl Harness {
@@ -202,6 +214,7 @@ impl Harness {
             head_waiting: false,
             last_wake: false,
             placed: Vec::new(),
+            irq_unread: VecDeque::new(),
         }
     }
 
@@ -249,9 +262,8 @@ impl Harness {
     pub fn step(&mut self, op: &Op) {
         match op {
             Op::Rx(data) => self.rx(data),
-            Op::Post(h) => {
-                self.sq.push_back(*h);
-            }
+            Op::Post(h) => self.sq.push_back((*h, false)),
+            Op::PostWithdrawn(h) => self.sq.push_back((*h, true)),
             Op::Transmit { terminate_sent } => self.transmit(*terminate_sent),
             Op::Advance(ms) => {
                 self.now = self.now.saturating_add(*ms);
@@ -260,6 +272,7 @@ impl Harness {
                 }
             }
             Op::Fail(c) => self.session.fail(*c, self.now),
+            Op::SetAccess(a) => self.session.set_qp_access(*a),
         }
         self.events_and_invariants();
     }
@@ -271,6 +284,8 @@ impl Harness {
         // The sinks a Read Response may fill in this call.
         let sinks: Vec<ReadSink> = self.outstanding.iter().copied().collect();
         self.mem.sinks = sinks.clone();
+        let access = self.session.decoder().ddp().qp_access();
+        let irq_before = self.session.irq().len();
         let mut s = SliceRx::new(data);
         let wake = self
             .session
@@ -316,10 +331,14 @@ impl Harness {
                 at += d.len() as u64;
             }
             match *t {
-                PlaceTarget::Tagged { access, .. } => {
+                PlaceTarget::Tagged { access: a, .. } => {
                     assert!(
-                        matches!(access, Access::RemoteWrite | Access::LocalWrite),
-                        "tagged placement needing {access:?}"
+                        matches!(a, Access::RemoteWrite | Access::LocalWrite),
+                        "tagged placement needing {a:?}"
+                    );
+                    assert!(
+                        a != Access::RemoteWrite || access.write,
+                        "a Write placed into a QP admitting {access:?}"
                     );
                 }
                 PlaceTarget::Untagged { qn, msn, mo } => {
@@ -335,6 +354,11 @@ impl Harness {
                 }
             }
             self.placed.push((*t, d.clone()));
+        }
+        // Requests are only added here (the transmit side takes them); a stop clears them.
+        let irq_after = self.session.irq().len();
+        for _ in irq_before..irq_after {
+            self.irq_unread.push_back(!access.read);
         }
         // Read completions, in admission order; the RTR's completes silently.
         let done: Vec<TaggedDone> = self.rec.out[before..]
@@ -408,12 +432,21 @@ impl Harness {
                         self.outstanding.push_back(ReadSink::default());
                     }
                 }
-                Transmit::ReadResponse(_) => {
+                Transmit::ReadResponse(r) => {
+                    let unread = self
+                        .irq_unread
+                        .pop_front()
+                        .expect("a Response for no Request");
+                    assert!(
+                        !unread || r.size == 0,
+                        "answered a Read of {} octets accepted while the QP admitted no Reads",
+                        r.size
+                    );
                     self.check_may_send();
                     self.session.read_response_sent();
                 }
                 Transmit::SendQueue => {
-                    let Some(h) = self.sq.front().copied() else {
+                    let Some((h, withdrawn)) = self.sq.front().copied() else {
                         return;
                     };
                     let a = self.session.admit(&h);
@@ -433,7 +466,13 @@ impl Harness {
                             if h.fenced {
                                 assert!(self.outstanding.is_empty(), "fenced WR with Reads out");
                             }
-                            if let Some(s) = h.read {
+                            if let Some(s) = h.read.filter(|_| withdrawn) {
+                                // Nothing reached the session since it admitted the Read.
+                                assert!(
+                                    self.session.withdraw_read(s),
+                                    "the Read just admitted could not be withdrawn"
+                                );
+                            } else if let Some(s) = h.read {
                                 self.outstanding.push_back(s);
                                 assert!(
                                     self.outstanding.len()
@@ -484,7 +523,13 @@ impl Harness {
         if self.session.state() != SessionState::Active {
             self.stopped = true;
             assert_eq!(self.session.irq().len(), 0, "Read Requests kept after stop");
+            self.irq_unread.clear();
         }
+        assert_eq!(
+            self.irq_unread.len(),
+            self.session.irq().len(),
+            "the IRQ changed outside receive and transmit"
+        );
         // IRD, and one more slot for the Read RTR only while it is the only Request the
         // peer-to-peer Responder has seen (RFC 6581 §5): IRD 0 answers that one alone, and
         // only if it reads nothing.
@@ -587,10 +632,15 @@ pub fn decode(data: &[u8]) -> Option<(Negotiated, u32, u32, Vec<Op>)> {
             }
             2 => {
                 i += 1;
-                ops.push(Op::Post(SqHead {
+                let h = SqHead {
                     fenced: arg & 0x80 != 0,
                     read: (arg & 0x40 != 0).then(|| SINKS[usize::from(arg & 7) % SINKS.len()]),
-                }));
+                };
+                ops.push(if arg & 0x20 != 0 {
+                    Op::PostWithdrawn(h)
+                } else {
+                    Op::Post(h)
+                });
             }
             3 | 4 => ops.push(Op::Transmit {
                 terminate_sent: k & 8 == 0,
@@ -602,10 +652,18 @@ pub fn decode(data: &[u8]) -> Option<(Negotiated, u32, u32, Vec<Op>)> {
             6 => ops.push(Op::Fail(TermCause::rdmap(RdmapError::LocalCatastrophic))),
             _ => {
                 i += 1;
-                ops.push(Op::Post(SqHead {
-                    fenced: false,
-                    read: None,
-                }));
+                ops.push(if arg & 0x80 != 0 {
+                    Op::SetAccess(QpAccess {
+                        write: arg & 1 != 0,
+                        read: arg & 2 != 0,
+                        atomic: arg & 4 != 0,
+                    })
+                } else {
+                    Op::Post(SqHead {
+                        fenced: false,
+                        read: None,
+                    })
+                });
             }
         }
     }
