@@ -197,6 +197,8 @@ fn session_config(ird: u32, ord: u32, settings: &Snapshot) -> SessionConfig {
 /// A local SGE resolved to its memory region.
 struct ResolvedSge {
     mr: MrRef,
+    /// The STag (lkey) the SGE named, for checking the region again before each access.
+    stag: u32,
     to: u64,
     len: u32,
 }

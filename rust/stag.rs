@@ -126,6 +126,13 @@ impl InUse {
     }
 }
 
+impl InUse {
+    /// The region the access is to (a counted reference).
+    pub(crate) fn region(&self) -> &MrRef {
+        &self.0
+    }
+}
+
 impl Deref for InUse {
     type Target = Mem;
 

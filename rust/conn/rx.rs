@@ -14,7 +14,7 @@
 //! `GFP_KERNEL`.
 
 use super::{Conn, ResolvedSge, SgeList};
-use crate::abi::WcStatus;
+use crate::abi::{access, WcStatus};
 use crate::device::{Device, Stat};
 use crate::engine::ddp_rx::MemoryLookup;
 use crate::engine::orq::{Orq, OrqEntry};
@@ -27,7 +27,7 @@ use crate::engine::session::{Close, Session, SessionEvents, SessionState};
 use crate::engine::stream::{PlaceError, PlaceTarget, RxStream};
 use crate::logtag::{CauseText, KeptTag};
 use crate::qp::Qp;
-use crate::stag::{access_bits, Mem};
+use crate::stag::{access_bits, InUse, MrRef};
 use crate::sys::ibdev::QpRef;
 use crate::sys::net::socket::{SkbChunk, SockLock, SockOps};
 use crate::sys::obj::PdId;
@@ -207,16 +207,27 @@ struct RxCtx<'a> {
 
 impl RxCtx<'_> {
     /// Copies `len` octets at `pos` of `chunk` into the pieces from offset `at` on; a
-    /// piece is a region, the tagged offset it starts at and its length in octets.
+    /// piece is a region, the tagged offset it starts at, its length in octets, and, for
+    /// a receive WQE's SGE, the STag it named: such a piece is checked again (valid, same
+    /// key, PD `pd`, local write, bounds) under an [`InUse`] guard held while its octets
+    /// are copied, so that an invalidation or deregistration of a receive buffer that
+    /// returned is never followed by a write into it. A piece without a STag is guarded by
+    /// the caller.
+    ///
+    /// # Errors
+    ///
+    /// [`PlaceError::Failed`] if a piece fails its check or cannot be written, or the
+    /// pieces are shorter than `at + len`.
     fn place_pieces<'p>(
         chunk: &SkbChunk<'_>,
         mut pos: usize,
-        pieces: impl Iterator<Item = (&'p Mem, u64, u32)>,
+        pieces: impl Iterator<Item = (&'p MrRef, u64, u32, Option<u32>)>,
+        pd: PdId,
         mut at: u64,
         mut len: usize,
         mut crc: Option<&mut u32>,
     ) -> Result<(), PlaceError> {
-        for (mr, to, plen) in pieces {
+        for (mr, to, plen, stag) in pieces {
             if len == 0 {
                 break;
             }
@@ -225,6 +236,16 @@ impl RxCtx<'_> {
                 at -= plen;
                 continue;
             }
+            let _guard = match stag {
+                Some(stag) => {
+                    let n = (plen - at).min(len as u64);
+                    Some(
+                        InUse::take(mr, stag, pd, access::LOCAL_WRITE, to + at, n)
+                            .map_err(|_| PlaceError::Failed)?,
+                    )
+                }
+                None => None,
+            };
             while at < plen && len > 0 {
                 let seg = mr.resolve(to + at).ok_or(PlaceError::Failed)?;
                 let n = seg.len().min(plen - at).min(len as u64);
@@ -344,7 +365,8 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                 RxCtx::place_pieces(
                     self.chunk,
                     pos,
-                    core::iter::once((&*mr, to, plen)),
+                    core::iter::once((mr.region(), to, plen, None)),
+                    self.ctx.pd,
                     0,
                     len,
                     crc,
@@ -356,7 +378,8 @@ impl RxStream for ChunkStream<'_, '_, '_> {
                     Some(m) if m.msn == msn => RxCtx::place_pieces(
                         self.chunk,
                         pos,
-                        m.pieces.iter().map(|p| (&*p.mr, p.to, p.len)),
+                        m.pieces.iter().map(|p| (&p.mr, p.to, p.len, Some(p.stag))),
+                        self.ctx.pd,
                         u64::from(mo),
                         len,
                         crc,
@@ -482,6 +505,7 @@ impl RxCtx<'_> {
                 .lookup(s.lkey, self.pd, need, s.laddr, u64::from(s.length))
                 .map(|mr| ResolvedSge {
                     mr,
+                    stag: s.lkey,
                     to: s.laddr,
                     len: s.length,
                 })

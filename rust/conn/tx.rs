@@ -373,6 +373,7 @@ impl Conn {
                 let _ = list.push(
                     ResolvedSge {
                         mr,
+                        stag: req.src_stag,
                         to: req.src_to,
                         len: req.size,
                     },
@@ -764,6 +765,7 @@ fn local_pieces(
         list.push(
             ResolvedSge {
                 mr,
+                stag: s.lkey,
                 to: s.laddr,
                 len: s.length,
             },

@@ -5,7 +5,7 @@ connects to the hostile peer listening on ADDR:PORT), and reports, for each, wha
 peer's FPDUs did to its memory.
 
     hostile_target.py listen|connect ADDR PORT N [read|read0|flood|wipe|norecv|bigread|takeback]
-    hostile_target.py listen ADDR PORT N sqorder|longsge|narrow
+    hostile_target.py listen ADDR PORT N sqorder|longsge|narrow|recvback
 
 Per connection it registers, on the connection's PD, one region of three pages filled with
 FILL (local write only), and over its middle page two MRs: one with remote write access,
@@ -63,6 +63,16 @@ narrows the QP's access flags to LOCAL_WRITE (`modify_qp` in RTS with
 IBV_QP_ACCESS_FLAGS only) and prints {"access": the QP's access flags as `query_qp`
 reports them before and after, "changes": the runs that are no longer FILL}. After one
 more line on its standard input it prints {"changes", "state": the QP's state}.
+
+`recvback` (Responder only) registers two pages of an anonymous mapping of its own,
+filled with FILL, with local write access on the connection's PD, posts one receive of
+both pages through that MR, prints {"recv": 2 pages}, and accepts. After a line on its
+standard input it waits for the first octet of the mapping to change (the first
+segment of the peer's Send placed, up to 30 s), deregisters the MR (`ibv_dereg_mr`
+returned: the memory is the process's again), overwrites the mapping with TAKEN_BACK and
+prints {"dereg": true, "first": the first 16 octets before the overwrite, hex}. After one
+more line it prints {"changes": the runs of the mapping that are no longer TAKEN_BACK,
+"status": the receive's completion status}.
 
 Runs as a separate process (never in the pytest process: librdmacm keeps every device's
 verbs context open for the life of a process, which would pin the module).
@@ -337,6 +347,41 @@ def serve_narrow(cid, ctx, go):
         obj.close()
 
 
+def serve_recvback(cid, go):
+    """The `recvback` connection on `cid`, established by `go(param)`."""
+    n = 2 * PAGE
+    mem = mmap.mmap(-1, n)
+    mem[:] = bytes([FILL]) * n
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    mr = MR(cid.pd, n, e.IBV_ACCESS_LOCAL_WRITE, address=addr)
+    cid.post_recv(mr, n)
+    print(json.dumps({"recv": n}), flush=True)
+    go(ConnParam(resources=1, depth=1))
+    sys.stdin.readline()
+    deadline = time.monotonic() + 30
+    while mem[0] == FILL and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first = bytes(mem[:16]).hex()
+    mr.close()
+    mem[:] = bytes([TAKEN_BACK]) * n
+    print(json.dumps({"dereg": True, "first": first}), flush=True)
+    sys.stdin.readline()
+    wc = cid.get_recv_comp()
+    runs, start = [], None
+    for i, v in enumerate(bytes(mem) + bytes([TAKEN_BACK])):
+        if v != TAKEN_BACK and start is None:
+            start = i
+        elif v == TAKEN_BACK and start is not None:
+            runs.append([start, bytes(mem[start:i]).hex()])
+            start = None
+    print(json.dumps({"changes": runs, "status": wc.status}), flush=True)
+    try:
+        cid.disconnect()
+    except PyverbsError:
+        pass  # the connection ended with the TERMINATE
+    cid.close()
+
+
 def main():
     role, addr, port, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else None
@@ -364,6 +409,8 @@ def main():
             serve_longsge(cid, listener.context, cid.accept)
         elif mode == "narrow":
             serve_narrow(cid, listener.context, cid.accept)
+        elif mode == "recvback":
+            serve_recvback(cid, cid.accept)
         else:
             serve_one(cid, listener.context, mode, cid.accept)
     listener.close()

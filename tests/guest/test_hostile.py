@@ -1044,6 +1044,47 @@ def test_qp_access_flags_narrowed_refuse_the_peer(target, op):
     assert report(timeout=T_IO) == {"changes": first, "state": IBV_QPS_ERR}
 
 
+def test_no_octet_of_a_send_lands_after_its_receive_mr_was_deregistered(target):
+    """A receive buffer whose MR is deregistered while a Send is being placed into it (the
+    consumer's own doing, but the memory is the process's again once `ibv_dereg_mr`
+    returned, as a kernel consumer's fast-registration MR is once its invalidation
+    returned): the segments after the deregistration place nothing. Each segment's
+    receive SGE is checked again under the guard deregistration waits for, so the next
+    segment fails its check: rsiw sends a TERMINATE (DDP local catastrophic, 1/0/0) and
+    closes, and the receive completes with a flush error."""
+    report = target(1, "recvback")
+    s = socket.create_connection((ADDR, PORT), timeout=T_IO)
+    s.sendall(mpa_request())
+    assert report() == {"recv": 2 * PAGE}
+    rep = recv_exact(s, 20)
+    assert rep[:16] == b"MPA ID Rep Frame", rep.hex()
+    recv_exact(s, int.from_bytes(rep[18:20], "big"))
+    s.sendall(untagged(3, 0, 1, 0, b"\x11" * 1024, last=False))  # Send, not last
+    report.tell("sent")
+    r = report(timeout=T_IO)
+    assert r == {"dereg": True, "first": "11" * 16}, r
+    try:
+        s.sendall(untagged(3, 0, 1, 1024, b"\x22" * 1024, last=True))
+    except OSError:
+        pass
+    s.settimeout(T_IO)
+    got = b""
+    try:
+        while len(got) < 1 << 16:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        raise AssertionError(f"rsiw did not close; sent {got.hex()}")
+    s.close()
+    assert terminate_of(got)[:3] == (1, 0, 0x00), got.hex()
+    report.tell("check")
+    assert report(timeout=T_IO) == {"changes": [], "status": IBV_WC_WR_FLUSH_ERR}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_read_with_ord_0_fails_locally(target, peer, role):
     """An RDMA Read posted on a connection whose ORD is 0 (rdma_cm's initiator depth 0,
