@@ -15,6 +15,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/smp.h>
+#include <linux/sort.h>
 #include <linux/vmalloc.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
@@ -162,9 +163,40 @@ struct ib_ucontext *rsiw_udata_ucontext(struct ib_udata *udata)
 	return rdma_udata_to_uverbs_attr_bundle(udata)->context;
 }
 
+/*
+ * Ring memory a process maps (its SQ, RQ, SRQ and CQ rings): charged to the caller's
+ * memory cgroup, as io_uring's rings are, and refused with NULL (ENOMEM) rather than
+ * invoking the cgroup's OOM killer when the cgroup has no room. vmalloc_user() charges
+ * nobody, and the allocator that adds VM_USERMAP with other flags is not exported, so
+ * rsiw_remap_vmalloc() maps these areas.
+ */
 void *rsiw_vmalloc_user(unsigned long size)
 {
-	return vmalloc_user(size);
+	return __vmalloc(size, GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN |
+			 __GFP_RETRY_MAYFAIL);
+}
+
+/*
+ * Maps the whole of @vma onto the rsiw_vmalloc_user() area @kaddr of @len octets, page by
+ * page, as remap_vmalloc_range() does for a VM_USERMAP area: each user page holds its own
+ * page reference, so vfree() never leaves the mapping dangling. -EINVAL if @vma is longer
+ * than the area.
+ */
+int rsiw_remap_vmalloc(struct vm_area_struct *vma, void *kaddr, unsigned long len)
+{
+	unsigned long uaddr = vma->vm_start;
+	unsigned long size = vma->vm_end - vma->vm_start;
+	int ret;
+
+	if (!PAGE_ALIGNED(kaddr) || size > PAGE_ALIGN(len))
+		return -EINVAL;
+	for (; size; size -= PAGE_SIZE, uaddr += PAGE_SIZE, kaddr += PAGE_SIZE) {
+		ret = vm_insert_page(vma, uaddr, vmalloc_to_page(kaddr));
+		if (ret)
+			return ret;
+	}
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	return 0;
 }
 
 void *rsiw_vzalloc(unsigned long size)
@@ -510,4 +542,17 @@ struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp)
 {
 	/* A user QP's PD is one of its context (uverbs looks it up in the caller's file). */
 	return qp->pd && qp->pd->uobject ? qp->pd->uobject->context : NULL;
+}
+
+static int rsiw_cmp_u32(const void *a, const void *b)
+{
+	u32 x = *(const u32 *)a, y = *(const u32 *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Sorts @n values at @v in ascending order (lib/sort.c: heapsort, no allocation). */
+void rsiw_sort_u32(u32 *v, size_t n)
+{
+	sort(v, n, sizeof(*v), rsiw_cmp_u32, NULL);
 }

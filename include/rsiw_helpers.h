@@ -136,8 +136,12 @@ struct ib_udata *rsiw_bundle_udata(struct uverbs_attr_bundle *attrs);
 /* The ucontext of a user verb (rdma_udata_to_uverbs_attr_bundle(udata)->context). */
 struct ib_ucontext *rsiw_udata_ucontext(struct ib_udata *udata);
 
-/* vmalloc_user(), vzalloc() (the allocation hooks are macros). */
+/*
+ * Ring memory: user rings charged to the caller's memory cgroup and mapped page by page,
+ * kernel rings with vzalloc() (the allocation hooks are macros).
+ */
 void *rsiw_vmalloc_user(unsigned long size);
+int rsiw_remap_vmalloc(struct vm_area_struct *vma, void *kaddr, unsigned long len);
 void *rsiw_vzalloc(unsigned long size);
 
 /* rdma_user_mmap_get_offset() */
@@ -271,5 +275,8 @@ bool rsiw_qp_is_user(const struct ib_qp *qp);
 struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp);
 void rsiw_owner_put(void *owner);
 bool rsiw_owner_is_current(const void *owner);
+
+/* sort() of lib/sort.c over u32 values, ascending. */
+void rsiw_sort_u32(u32 *v, size_t n);
 
 #endif /* RSIW_HELPERS_H */

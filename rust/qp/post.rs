@@ -151,8 +151,10 @@ impl Qp {
                 };
                 match sqe {
                     Err(e) => (Notify::NONE, Err(e)),
-                    // The SQ is empty in ERROR (entering it flushed), so this keeps order.
-                    Ok(sqe) if state == State::Error => {
+                    // With the SQ empty (entering ERROR flushed it), completing at once
+                    // keeps posting order; a flush still in progress (`flush_rest_sq`)
+                    // takes it in order from the SQ.
+                    Ok(sqe) if state == State::Error && !ring_busy(&qp.sq, &pos) => {
                         let opcode = crate::wqe::flush_opcode(sqe.opcode);
                         complete_flushed(qp.scq(), &Self::flush_cqe(qp, sqe.id, opcode))
                     }
@@ -165,6 +167,9 @@ impl Qp {
             })
         };
         notify.deliver(qp.scq());
+        if qp.state() == State::Error {
+            Self::flush_rest_sq(qp);
+        }
         if let Some(c) = Self::conn(qp) {
             c.kick();
         }
@@ -191,8 +196,7 @@ impl Qp {
                 None,
             )),
             State::Error => {
-                let n = Self::flush_sq_locked(qp, &mut qp.sq_pos.lock());
-                n.deliver(qp.scq());
+                Self::flush_rest_sq(qp);
                 Ok(())
             }
             _ => {
@@ -245,7 +249,8 @@ impl Qp {
                 };
                 match rqe {
                     Err(e) => (Notify::NONE, Err(e)),
-                    Ok(rqe) if state == State::Error => {
+                    // As in `post_send_list`.
+                    Ok(rqe) if state == State::Error && !ring_busy(ring, &pos) => {
                         complete_flushed(qp.rcq(), &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive))
                     }
                     Ok(rqe) => (Notify::NONE, publish(ring, &mut pos, &rqe, VALID)),
@@ -253,6 +258,9 @@ impl Qp {
             })
         };
         notify.deliver(qp.rcq());
+        if qp.state() == State::Error {
+            Self::flush_rest_rq(qp);
+        }
         res
     }
 }
@@ -350,6 +358,11 @@ fn publish<E: RingElem>(ring: &Ring<E>, pos: &mut Pos, wqe: &E, flags: u16) -> R
     ring.set_flags(idx, flags);
     pos.put = idx.wrapping_add(1);
     Ok(())
+}
+
+/// Whether `ring` holds a posted WQE at its head (`pos`, its positions, held locked).
+fn ring_busy<E: RingElem>(ring: &Ring<E>, pos: &Pos) -> bool {
+    ring.flags(pos.get) & VALID != 0
 }
 
 /// Completes a WR posted in ERROR at once into `cq` (`cqe`, a flush error). Returns the

@@ -28,6 +28,11 @@
 //! `modify_qp` into a state the table does not allow.
 
 use super::{invalid, Pos, Qp, Who, VALID};
+
+/// The most WQEs one hold of a ring's position lock flushes (interrupts are off while it
+/// is held); [`Qp::flush_rest_sq`] and [`Qp::flush_rest_rq`] take the rest a batch at a
+/// time. A user's full SQ of 32,768 SQEs is flushed in 128 holds.
+pub(super) const FLUSH_BATCH: u32 = 256;
 use crate::abi::{access, Rqe, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::conn::Conn;
@@ -171,50 +176,90 @@ impl Qp {
         }
     }
 
-    /// Completes every valid SQE from `get` with a flush error (at most one pass over the
-    /// ring: a user writing new SQEs meanwhile cannot keep us here). Stops early if the
-    /// send CQ overflows (a later flush continues).
-    pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> Notify {
+    /// Completes up to [`FLUSH_BATCH`] valid SQEs from `get` with a flush error (a user
+    /// writing new SQEs meanwhile cannot keep us here). Stops early if the send CQ
+    /// overflows (a later flush continues). Returns the notification due and whether a
+    /// valid SQE is left after a full batch ([`Qp::flush_rest_sq`] takes it on).
+    pub(super) fn flush_sq_locked(qp: &IbQp<Qp>, pos: &mut Pos) -> (Notify, bool) {
         Self::flush_ring(qp, &qp.sq, qp.scq(), pos, |sqe: &Sqe| {
             (sqe.id, crate::wqe::flush_opcode(sqe.opcode))
         })
     }
 
     /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
-    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> Notify {
+    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> (Notify, bool) {
         Self::flush_ring(qp, ring, qp.rcq(), pos, |rqe: &Rqe| {
             (rqe.id, WrOpcode::Receive)
         })
     }
 
-    /// Completes every valid WQE of `ring` from `get` into `cq` with a flush error, its ID
-    /// and opcode as `what` reads them from the WQE; at most one pass, stopping early if
-    /// `cq` overflows.
+    /// Completes up to [`FLUSH_BATCH`] valid WQEs of `ring` from `get` into `cq` with a
+    /// flush error, its ID and opcode as `what` reads them from the WQE, stopping early if
+    /// `cq` overflows. Returns the notification due and whether the batch ended with a
+    /// valid WQE left.
     fn flush_ring<E: RingElem>(
         qp: &IbQp<Qp>,
         ring: &Ring<E>,
         cq: &IbCq<Cq>,
         pos: &mut Pos,
         what: impl Fn(&E) -> (u64, WrOpcode),
-    ) -> Notify {
+    ) -> (Notify, bool) {
         let mut notify = Notify::NONE;
-        for _ in 0..ring.size() {
+        for _ in 0..ring.size().min(FLUSH_BATCH) {
             let idx = pos.get;
             if ring.flags(idx) & VALID == 0 {
-                break;
+                return (notify, false);
             }
             let (id, opcode) = what(&ring.read(idx));
             match Cq::push(cq, &Self::flush_cqe(qp, id, opcode)) {
                 Ok(n) => notify = notify.or(n),
-                Err(o) => {
-                    notify = notify.or(o.into());
-                    break;
-                }
+                Err(o) => return (notify.or(o.into()), false),
             }
             ring.set_flags(idx, 0);
             pos.get = idx.wrapping_add(1);
         }
-        notify
+        (notify, ring.flags(pos.get) & VALID != 0)
+    }
+
+    /// Flushes the SQ of a QP in ERROR a batch per hold of its position lock (interrupts
+    /// are enabled between batches), delivering each batch's notification with no lock
+    /// held, until it is empty, the send CQ overflows or the QP leaves ERROR (a RESET
+    /// discards the rest). Any context; no QP, SRQ or CQ lock held.
+    pub(super) fn flush_rest_sq(qp: &IbQp<Qp>) {
+        loop {
+            let (notify, more) = {
+                let mut pos = qp.sq_pos.lock();
+                if qp.state() != State::Error {
+                    return;
+                }
+                Self::flush_sq_locked(qp, &mut pos)
+            };
+            notify.deliver(qp.scq());
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// As [`Qp::flush_rest_sq`], for the QP's own RQ. Returns whether the QP was in
+    /// ERROR.
+    pub(super) fn flush_rest_rq(qp: &IbQp<Qp>) -> bool {
+        let Some(ring) = &qp.rq else {
+            return qp.state() == State::Error;
+        };
+        loop {
+            let (notify, more) = {
+                let mut pos = qp.rq_pos.lock();
+                if qp.state() != State::Error {
+                    return false;
+                }
+                Self::flush_rq_locked(qp, ring, &mut pos)
+            };
+            notify.deliver(qp.rcq());
+            if !more {
+                return true;
+            }
+        }
     }
 
     /// Releases every valid slot from `get` without completions (→ RESET).
@@ -241,35 +286,44 @@ impl Qp {
         new: State,
         allowed: impl FnOnce(State) -> Result,
     ) -> Result<(State, bool)> {
-        let (prev, ns, nr, sq_flushed) = {
+        let (prev, ns, nr, sq_flushed, more_s, more_r) = {
             let mut sq = qp.sq_pos.lock();
             let mut rq = qp.rq_pos.lock();
             let prev = qp.state();
             allowed(prev)?;
             qp.state.store(new as u8, Ordering::Release);
-            let (ns, nr, sq_flushed) = match new {
+            let none = || (Notify::NONE, false);
+            let ((ns, more_s), (nr, more_r), sq_flushed) = match new {
                 State::Error => {
+                    // A first batch with the state change; `flush_rest_*` below flush
+                    // the rest, a batch per lock hold.
                     let get = sq.get;
-                    let ns = Self::flush_sq_locked(qp, &mut sq);
-                    let nr = match &qp.rq {
+                    let s = Self::flush_sq_locked(qp, &mut sq);
+                    let r = match &qp.rq {
                         Some(ring) => Self::flush_rq_locked(qp, ring, &mut rq),
-                        None => Notify::NONE,
+                        None => none(),
                     };
-                    (ns, nr, sq.get != get)
+                    (s, r, sq.get != get)
                 }
                 State::Reset => {
                     Self::discard(&qp.sq, &mut sq);
                     if let Some(ring) = &qp.rq {
                         Self::discard(ring, &mut rq);
                     }
-                    (Notify::NONE, Notify::NONE, false)
+                    (none(), none(), false)
                 }
-                _ => (Notify::NONE, Notify::NONE, false),
+                _ => (none(), none(), false),
             };
-            (prev, ns, nr, sq_flushed)
+            (prev, ns, nr, sq_flushed, more_s, more_r)
         };
         ns.deliver(qp.scq());
         nr.deliver(qp.rcq());
+        if more_s {
+            Self::flush_rest_sq(qp);
+        }
+        if more_r {
+            Self::flush_rest_rq(qp);
+        }
         Ok((prev, sq_flushed))
     }
 
@@ -278,20 +332,10 @@ impl Qp {
     /// whether the QP is still one to sweep (in ERROR, not being destroyed). Process
     /// context, no QP, SRQ or CQ lock held.
     pub(super) fn sweep_late_rqes(qp: &IbQp<Qp>) -> bool {
-        let Some(ring) = &qp.rq else { return false };
-        if qp.destroying.load(Ordering::Acquire) {
+        if qp.rq.is_none() || qp.destroying.load(Ordering::Acquire) {
             return false;
         }
-        let notify = {
-            let mut rq = qp.rq_pos.lock();
-            // The state changes with both position locks held.
-            if qp.state() != State::Error {
-                return false;
-            }
-            Self::flush_rq_locked(qp, ring, &mut rq)
-        };
-        notify.deliver(qp.rcq());
-        true
+        Self::flush_rest_rq(qp)
     }
 
     /// Enters `new` unconditionally (destroy).

@@ -464,8 +464,10 @@ impl<T: Objects> IbDevice<T> {
     /// by looking. Any context; without memory (GFP_ATOMIC) the QP is not looked at.
     pub(crate) fn sweep_rq_later(&self, qpn: u32) {
         {
+            // A QP listed twice (it entered ERROR again before the sweep ran) is swept
+            // once: the sweep drops duplicates with interrupts on.
             let mut qpns = self.sweep_qpns.lock();
-            if !qpns.contains(&qpn) && qpns.push(qpn, GFP_ATOMIC).is_err() {
+            if qpns.push(qpn, GFP_ATOMIC).is_err() {
                 return;
             }
         }
@@ -483,18 +485,34 @@ impl<T: Objects> IbDevice<T> {
     unsafe extern "C" fn sweep_c(arg: *mut kernel::ffi::c_void) {
         // SAFETY: guaranteed by the caller.
         let dev = unsafe { &*arg.cast::<Self>() };
+        // Every hold of the list's lock (interrupts off) below is O(1) but for the
+        // caller's pushes: the list is taken and put back whole, and sorted, deduplicated
+        // and merged with interrupts on.
         let mut qpns = core::mem::take(&mut *dev.sweep_qpns.lock());
-        qpns.retain(|qpn| dev.qp_ref(*qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp())));
-        let again = {
+        // SAFETY: `qpns` owns `len()` initialised `u32`s at `as_mut_ptr()`.
+        unsafe { bindings::rsiw_sort_u32(qpns.as_mut_ptr(), qpns.len()) };
+        let mut last = None;
+        qpns.retain(|qpn| {
+            let qpn = *qpn;
+            let dup = last == Some(qpn);
+            last = Some(qpn);
+            !dup && dev.qp_ref(qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp()))
+        });
+        let again = loop {
             let mut listed = dev.sweep_qpns.lock();
-            // QPs listed while this ran come after the ones kept.
-            for qpn in core::mem::take(&mut *listed).into_iter() {
-                if !qpns.contains(&qpn) && qpns.push(qpn, GFP_ATOMIC).is_err() {
+            if listed.is_empty() {
+                *listed = qpns;
+                break !listed.is_empty();
+            }
+            // QPs listed while this ran: merged with the kept ones outside the lock
+            // (the next run drops any duplicate).
+            let newly = core::mem::take(&mut *listed);
+            drop(listed);
+            for qpn in newly {
+                if qpns.push(qpn, GFP_KERNEL).is_err() {
                     break;
                 }
             }
-            *listed = qpns;
-            !listed.is_empty()
         };
         if again {
             // SAFETY: as in `sweep_rq_later`.

@@ -156,6 +156,71 @@ def test_cq_size_limits(ctx):
     cq.close()
 
 
+# The child of test_ring_memory_is_charged_to_the_callers_memory_cgroup: joins the cgroup
+# argv[1], then on device argv[2] creates a CQ of argv[3] CQEs, reports how much the
+# cgroup's memory grew, and tries a CQ of argv[4] CQEs; prints the outcome as JSON.
+RING_CGROUP_CHILD = r"""
+import json, os, sys
+cg, dev, small_n, big_n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with open(cg + "/cgroup.procs", "w") as f:
+    f.write(str(os.getpid()))
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.pyverbs_error import PyverbsRDMAError
+def current():
+    with open(cg + "/memory.current") as f:
+        return int(f.read())
+out = {}
+with Context(name=dev) as ctx:
+    before = current()
+    small = CQ(ctx, small_n)
+    out["charged"] = current() - before
+    try:
+        CQ(ctx, big_n).close()
+        out["big"] = "created"
+    except PyverbsRDMAError as ex:
+        out["big"] = abs(ex.error_code)
+    small.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_ring_memory_is_charged_to_the_callers_memory_cgroup(ctx, tmp_path):
+    """User ring memory is charged to the memory cgroup of the process that creates it
+    (as io_uring's rings are): in a cgroup with memory.max of 64 MiB, a CQ of 2^19 CQEs
+    (16 MiB of ring) raises the cgroup's usage by at least its ring, and a CQ of 2^22
+    CQEs (128 MiB) fails with ENOMEM; the process is not OOM-killed."""
+    import json
+    import subprocess
+
+    root = "/sys/fs/cgroup"
+    if not os.path.exists(root + "/cgroup.controllers"):
+        sh(f"mount -t cgroup2 none {root}")
+    with open(root + "/cgroup.controllers") as f:
+        if "memory" not in f.read().split():
+            # The debug kernel is built without CONFIG_MEMCG; Debian's has it.
+            pytest.skip("this kernel has no memory cgroup controller")
+    sh(f"echo +memory > {root}/cgroup.subtree_control")
+    cg = f"{root}/rsiw-ring-{os.getpid()}"
+    os.mkdir(cg)
+    try:
+        with open(cg + "/memory.max", "w") as f:
+            f.write(str(64 << 20))
+        with open(cg + "/memory.swap.max", "w") as f:
+            f.write("0")
+        p = subprocess.run(["python3", "-c", RING_CGROUP_CHILD, cg, DEV, str(1 << 19),
+                            str(MAX_CQE)], capture_output=True, text=True, timeout=300)
+        with open(cg + "/memory.events") as f:
+            events = dict(line.split() for line in f)
+        assert p.returncode == 0, (p.returncode, p.stderr[-2000:], events)
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        assert out["big"] == errno.ENOMEM, out
+        assert out["charged"] >= (1 << 19) * 32, out
+        assert events["oom_kill"] == "0", events
+    finally:
+        os.rmdir(cg)
+
+
 @pytest.mark.parametrize(
     "kwargs, what",
     [
@@ -370,6 +435,100 @@ def test_receives_posted_in_error_are_flushed(ctx):
     assert [w.wr_id for w in poll_all(cq, 1)] == [7]
     cq.close()
     ch.close()
+
+
+def poll_n(cq, n, deadline_s=300):
+    """Polls `cq` until `n` completions arrived or `deadline_s` passed; returns them."""
+    import time
+
+    wcs, end = [], time.monotonic() + deadline_s
+    while len(wcs) < n and time.monotonic() < end:
+        got_n, got = cq.poll(num_entries=min(n - len(wcs), 4096))
+        wcs.extend(got[:got_n])
+        if got_n == 0:
+            time.sleep(0.01)
+    return wcs
+
+
+LOCKUP_REPORTS = re.compile(
+    r"soft lockup|hard LOCKUP|rcu: INFO|self-detected stall|blocked for more than|"
+    r"WARNING:|BUG:|irq event stamp")
+
+
+def test_full_queues_flush_in_order_across_batches(ctx):
+    """A QP flushes at most FLUSH_BATCH (256) WQEs per hold of a ring's lock, which keeps
+    interrupts off (rust/qp/state.rs), and takes the rest in further holds. Two QPs with
+    full SQs and RQs (MAX_QP_WR each) enter ERROR: every WQE completes with a flush error
+    in posting order, none twice. Then the whole RQ is posted again in ERROR, which only
+    the device's sweep sees (no doorbell): it flushes all of it, in order. No lockup, RCU
+    stall, hung task or warning is reported."""
+    mark = dmesg_mark()
+    pd = PD(ctx)
+    mr = MR(pd, 4096, ACCESS)
+    n = MAX_QP_WR
+    cqs, qps = [], []
+    for _ in range(2):
+        cq = CQ(ctx, 2 * n + 16)
+        qp = make_qp(pd, cq, send_wr=n, recv_wr=n)
+        modify(qp, e.IBV_QPS_INIT)
+        for i in range(n):
+            qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+            qp.post_send(SendWR(wr_id=n + i, opcode=e.IBV_WR_SEND, num_sge=1,
+                                sg=[SGE(mr.buf, 64, mr.lkey)]))
+        cqs.append(cq)
+        qps.append(qp)
+    for qp in qps:
+        modify(qp, e.IBV_QPS_ERR)
+    for qp, cq in zip(qps, cqs):
+        wcs = poll_n(cq, 2 * n)
+        assert len(wcs) == 2 * n, (qp.qp_num, len(wcs))
+        assert all(w.status == e.IBV_WC_WR_FLUSH_ERR for w in wcs)
+        assert [w.wr_id for w in wcs if w.opcode == e.IBV_WC_RECV] == list(range(n))
+        assert [w.wr_id for w in wcs if w.opcode != e.IBV_WC_RECV] == list(range(n, 2 * n))
+        assert cq.poll()[0] == 0, "a WQE flushed twice"
+    qp, cq = qps[0], cqs[0]
+    for i in range(n):
+        qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+    wcs = poll_n(cq, n)
+    assert [w.wr_id for w in wcs] == list(range(n)), len(wcs)
+    for obj in qps + cqs + [mr, pd]:
+        obj.close()
+    reports = [l for l in dmesg_since(mark) if LOCKUP_REPORTS.search(l)]
+    assert not reports, reports
+
+
+def test_a_thousand_qps_in_error_are_swept(ctx):
+    """The device's sweep keeps a list of user QPs in ERROR whose RQ it looks at: a QP that
+    enters ERROR again before the sweep ran is listed twice and swept once (the list is
+    deduplicated with interrupts on, not searched under its lock). 1,000 QPs enter
+    ERROR, half of them twice (through RESET and INIT); a receive each posts afterwards is
+    flushed exactly once."""
+    mark = dmesg_mark()
+    pd = PD(ctx)
+    mr = MR(pd, 4096, ACCESS)
+    n = 1000
+    cq = CQ(ctx, 2 * n)
+    qps = [make_qp(pd, cq, send_wr=1, recv_wr=4) for _ in range(n)]
+    for qp in qps:
+        modify(qp, e.IBV_QPS_INIT)
+        modify(qp, e.IBV_QPS_ERR)
+    for qp in qps[::2]:
+        modify(qp, e.IBV_QPS_RESET)
+        modify(qp, e.IBV_QPS_INIT)
+        modify(qp, e.IBV_QPS_ERR)
+    for i, qp in enumerate(qps):
+        qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+    wcs = poll_n(cq, n)
+    assert sorted(w.wr_id for w in wcs) == list(range(n)), len(wcs)
+    assert all(w.status == e.IBV_WC_WR_FLUSH_ERR for w in wcs)
+    import time
+
+    time.sleep(5 * SWEEP_S)  # further sweeps run meanwhile; they must flush nothing more
+    assert cq.poll()[0] == 0, "a receive flushed twice"
+    for obj in qps + [cq, mr, pd]:
+        obj.close()
+    reports = [l for l in dmesg_since(mark) if LOCKUP_REPORTS.search(l)]
+    assert not reports, reports
 
 
 def test_sq_flush_and_doorbell_in_error(ctx):

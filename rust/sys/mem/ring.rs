@@ -50,8 +50,14 @@ unsafe impl Send for VBuf {}
 unsafe impl Sync for VBuf {}
 
 impl VBuf {
-    /// Allocates `len` zeroed octets that can be mapped to user space
-    /// (`vmalloc_user`, `VM_USERMAP`) or, with `user == false`, kernel-only (`vzalloc`).
+    /// Allocates `len` zeroed octets that can be mapped to user space, charged to the
+    /// caller's memory cgroup (`rsiw_vmalloc_user`), or, with `user == false`,
+    /// kernel-only (`vzalloc`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for `len == 0`; `ENOMEM`, also when the caller's memory cgroup has no
+    /// room (its OOM killer is not invoked).
     fn new(len: usize, user: bool) -> Result<Self> {
         if len == 0 {
             return Err(EINVAL);

@@ -206,9 +206,17 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
     // reference keeps the entry and its buffer alive.
     let entry = unsafe { &*base.cast::<Entry>() };
     let ret = match &entry.buf {
-        // SAFETY: the buffer is a `vmalloc_user` area (`VM_USERMAP`);
-        // `remap_vmalloc_range` checks that the VMA fits inside it.
-        Some(buf) => unsafe { bindings::remap_vmalloc_range(vma, buf.as_ptr().cast(), 0) },
+        // SAFETY: the buffer is a live vmalloc area of `buf.len()` octets, page-aligned
+        // (`VBuf`'s invariant), which the entry reference keeps alive; the core holds the
+        // VMA's mmap lock for writing during `mmap`; `rsiw_remap_vmalloc` refuses a VMA
+        // longer than the area.
+        Some(buf) => unsafe {
+            bindings::rsiw_remap_vmalloc(
+                vma,
+                buf.as_ptr().cast(),
+                buf.len() as kernel::ffi::c_ulong,
+            )
+        },
         // The offsets below the first ring's (`CtxMaps`).
         None => refuse(),
     };
