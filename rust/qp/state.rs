@@ -223,10 +223,12 @@ impl Qp {
 
     /// Flushes the SQ of a QP in ERROR a batch per hold of its position lock (interrupts
     /// are enabled between batches), delivering each batch's notification with no lock
-    /// held, until it is empty, the send CQ overflows or the QP leaves ERROR (a RESET
-    /// discards the rest). Any context; no QP, SRQ or CQ lock held.
+    /// held, until it is empty, the send CQ overflows, the QP leaves ERROR (a RESET
+    /// discards the rest) or one pass over the ring is done (a user writing new SQEs
+    /// meanwhile cannot keep us here; its next doorbell goes on). Any context; no QP, SRQ
+    /// or CQ lock held.
     pub(super) fn flush_rest_sq(qp: &IbQp<Qp>) {
-        loop {
+        for _ in 0..qp.sq.size().div_ceil(FLUSH_BATCH) {
             let (notify, more) = {
                 let mut pos = qp.sq_pos.lock();
                 if qp.state() != State::Error {
@@ -247,7 +249,7 @@ impl Qp {
         let Some(ring) = &qp.rq else {
             return qp.state() == State::Error;
         };
-        loop {
+        for _ in 0..ring.size().div_ceil(FLUSH_BATCH) {
             let (notify, more) = {
                 let mut pos = qp.rq_pos.lock();
                 if qp.state() != State::Error {
@@ -260,6 +262,8 @@ impl Qp {
                 return true;
             }
         }
+        // One pass done; the next sweep goes on.
+        true
     }
 
     /// Releases every valid slot from `get` without completions (→ RESET).
