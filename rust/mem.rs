@@ -96,7 +96,6 @@ impl MrOps<Device> for Mr {
     /// on-demand paging; the pinning error (`EFAULT` for unmapped memory, `ENOMEM` beyond
     /// `RLIMIT_MEMLOCK`); as [`Mr::register`]; `EFAULT` if the response cannot be copied.
     /// Each logs its cause (rate-limited).
-    #[allow(clippy::too_many_arguments)]
     fn reg_user(
         dev: &IbDevice<Device>,
         pd: PdId,

@@ -4,6 +4,10 @@
 //!
 //! The crate root only declares modules and the kernel module itself; see
 //! `Documentation/rsiw.rst` for the administrator's guide.
+//!
+//! `unsafe` code lives in [`sys`] only: the compiler refuses it anywhere else.
+
+#![deny(unsafe_code)]
 
 use kernel::prelude::*;
 
@@ -25,6 +29,10 @@ mod qp;
 mod settings;
 mod srq;
 mod stag;
+#[expect(
+    unsafe_code,
+    reason = "the FFI layer: the only module with unsafe code"
+)]
 mod sys;
 mod timer;
 mod wqe;

@@ -60,7 +60,6 @@ impl<T: DeviceOps> IbDevice<T> {
     /// # Safety
     ///
     /// As for `create_cq_c`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe extern "C" fn reg_user_mr_c(
         pd: *mut bindings::ib_pd,
         start: u64,

@@ -472,7 +472,6 @@ pub(crate) trait MrOps<D: Objects>: Sized + Send + Sync {
         -> Result<(u32, Self)>;
     /// `reg_user_mr`: registers `len` octets of user memory at `start`, addressed by peers
     /// as `iova`.
-    #[allow(clippy::too_many_arguments)]
     fn reg_user(
         dev: &IbDevice<D>,
         pd: PdId,

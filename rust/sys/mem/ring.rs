@@ -142,9 +142,9 @@ unsafe impl RingElem for bindings::siw_cqe {
 /// Where a ring's memory lives.
 enum Backing {
     /// Kernel-only memory, owned by the ring.
-    Kernel(#[allow(dead_code, reason = "owns the memory; freed on drop")] VBuf),
+    Kernel(#[expect(dead_code, reason = "owns the memory; freed on drop")] VBuf),
     /// Memory owned by a user mmap entry; removed from the user context when dropped.
-    User(#[allow(dead_code, reason = "keeps the entry (and memory) alive")] MmapEntry),
+    User(#[expect(dead_code, reason = "keeps the entry (and memory) alive")] MmapEntry),
 }
 
 /// What follows the elements of a ring.
