@@ -7,7 +7,8 @@
 
 use crate::abi::AllocCtxResp;
 use crate::limits::{
-    Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_QP_WR, MAX_SGE, MAX_SRQ_WR,
+    Counts, Object, MAX_CQE, MAX_FRMR_PAGES, MAX_IRD_ORD, MAX_MSG_SZ, MAX_QP_WR, MAX_SGE,
+    MAX_SRQ_WR,
 };
 use crate::logtag::Tag;
 use crate::settings::{self, ParseError, Settings};
@@ -194,6 +195,8 @@ impl DeviceOps for Device {
             active: ndev.is_active(),
             max_mtu: ndev.max_mtu(),
             mtu: ndev.mtu(),
+            // Messages up to 4 GiB - 1 octets.
+            max_msg_sz: MAX_MSG_SZ,
         })
     }
 

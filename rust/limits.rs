@@ -6,10 +6,9 @@
 //! `max_pd`, `max_cq`, `max_qp`, `max_srq`, `max_mr`, read when an object is created).
 
 use crate::abi::Sge;
-use crate::device::Device;
 use crate::logtag::Tag;
 use crate::sys::bindings as b;
-use crate::sys::ibdev::IbDevice;
+use crate::sys::ibdev::{DeviceOps, IbDevice};
 use crate::sys::pr_err_ratelimited;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -104,10 +103,10 @@ impl Counts {
     ///
     /// `ENOMEM` if the device holds the limit's number of such objects already, with a
     /// rate-limited message naming the device and the module parameter.
-    pub(crate) fn take(
+    pub(crate) fn take<D: DeviceOps>(
         &self,
         obj: Object,
-        dev: &IbDevice<Device>,
+        dev: &IbDevice<D>,
     ) -> Result<Slot<'_>, kernel::error::Error> {
         let limit = obj.limit();
         let counter = &self.0[obj as usize];

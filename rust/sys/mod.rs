@@ -46,6 +46,7 @@ pub(crate) mod idtable;
 pub(crate) mod iwcm;
 #[cfg(CONFIG_KUNIT = "y")]
 pub(crate) mod kverbs;
+pub(crate) mod logtag;
 pub(crate) mod mem;
 pub(crate) mod net;
 pub(crate) mod obj;

@@ -296,11 +296,11 @@ fn fill_device_attr(attr: &mut bindings::ib_device_attr, d: &DeviceAttr) {
     attr.kernel_cap_flags = u64::from(bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
 }
 
-/// Fills the attributes of an iWARP port from `p`: one GID, messages up to 4 GiB - 1
-/// octets, connection management by iw_cm.
+/// Fills the attributes of an iWARP port from `p`: one GID, connection management by
+/// iw_cm.
 fn fill_port_attr(attr: &mut bindings::ib_port_attr, p: &PortAttr) {
     attr.gid_tbl_len = 1;
-    attr.max_msg_sz = crate::limits::MAX_MSG_SZ;
+    attr.max_msg_sz = p.max_msg_sz;
     // A max_mtu of 0 means the netdev sets no limit (dummy, for example).
     attr.max_mtu = match p.max_mtu {
         0 => bindings::ib_mtu_IB_MTU_4096,

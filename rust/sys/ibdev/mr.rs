@@ -4,8 +4,8 @@
 //! MR containers itself (`new_mr`, a `KBox`) and frees them in `dereg_mr_c`.
 
 use super::{errno, DeviceOps, IbDevice, MrOps};
-use crate::logtag::Tag;
 use crate::sys::bindings;
+use crate::sys::logtag::Tag;
 use crate::sys::mem::kmem::KernelConsumer;
 use crate::sys::obj::{IbMr, Obj, PdId};
 use crate::sys::pr_err_ratelimited;

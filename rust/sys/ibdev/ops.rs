@@ -133,6 +133,8 @@ pub(crate) struct PortAttr {
     pub(crate) max_mtu: u32,
     /// The netdev's current MTU, in octets.
     pub(crate) mtu: u32,
+    /// The longest message, in octets (`max_msg_sz`).
+    pub(crate) max_msg_sz: u32,
 }
 
 /// The consumer's request of `create_cq`.

@@ -6,8 +6,8 @@
 //! dropped in `destroy_qp_c` once every `iw_add_ref` reference is gone.
 
 use super::{errno, DeviceOps, IbDevice, QpCap, QpInit, QpModify, QpOps, QpState, ResAttrs};
-use crate::logtag::Tag;
 use crate::sys::bindings;
+use crate::sys::logtag::Tag;
 use crate::sys::obj::{IbQp, PdId};
 use crate::sys::udata::user;
 use crate::sys::wr::{post_result, RecvWr, SendWr, WrList};

@@ -4,8 +4,8 @@
 //! is initialised in `create_srq_c` and dropped in `destroy_srq_c`.
 
 use super::{errno, DeviceOps, IbDevice, SrqAttr, SrqModify, SrqOps};
-use crate::logtag::Tag;
 use crate::sys::bindings;
+use crate::sys::logtag::Tag;
 use crate::sys::obj::IbSrq;
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::user;

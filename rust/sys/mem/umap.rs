@@ -28,8 +28,8 @@
 //! with 4 KiB pages), like any driver's that hands out offsets with
 //! `rdma_user_mmap_entry_insert`.
 
-use crate::logtag::Tag;
 use crate::sys::bindings;
+use crate::sys::logtag::Tag;
 use crate::sys::mem::ring::VBuf;
 use crate::sys::pr_err_ratelimited;
 use crate::sys::udata::UserResponse;
