@@ -29,10 +29,7 @@ mod qp;
 mod settings;
 mod srq;
 mod stag;
-#[expect(
-    unsafe_code,
-    reason = "the FFI layer: the only module with unsafe code"
-)]
+#[expect(unsafe_code, reason = "the FFI layer, the one module allowed it")]
 mod sys;
 mod timer;
 mod wqe;
