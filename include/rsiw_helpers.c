@@ -15,7 +15,6 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/smp.h>
-#include <linux/sort.h>
 #include <linux/vmalloc.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
@@ -542,17 +541,4 @@ struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp)
 {
 	/* A user QP's PD is one of its context (uverbs looks it up in the caller's file). */
 	return qp->pd && qp->pd->uobject ? qp->pd->uobject->context : NULL;
-}
-
-static int rsiw_cmp_u32(const void *a, const void *b)
-{
-	u32 x = *(const u32 *)a, y = *(const u32 *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Sorts @n values at @v in ascending order (lib/sort.c: heapsort, no allocation). */
-void rsiw_sort_u32(u32 *v, size_t n)
-{
-	sort(v, n, sizeof(*v), rsiw_cmp_u32, NULL);
 }

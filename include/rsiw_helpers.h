@@ -276,7 +276,4 @@ struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp);
 void rsiw_owner_put(void *owner);
 bool rsiw_owner_is_current(const void *owner);
 
-/* sort() of lib/sort.c over u32 values, ascending. */
-void rsiw_sort_u32(u32 *v, size_t n);
-
 #endif /* RSIW_HELPERS_H */

@@ -866,6 +866,45 @@ mod suite {
         Ok(())
     }
 
+    /// A flush the full CQ stopped leaves WQEs in a ring: a WR posted in ERROR then
+    /// completes only after them (one batch of them is flushed first, in the post's own
+    /// hold of the ring's lock) or, if they cannot go yet, is refused with `ENOMEM`, never
+    /// accepted and stranded (`ib_drain_*` would wait for it for good).
+    fn post_in_error_behind_a_stopped_flush(dev: &KDevice<Device>) -> Checked {
+        let pd = req!(KPd::new(dev));
+        let cq = req!(KCq::new_direct(dev, 4));
+        let rc = b::ib_qp_type_IB_QPT_RC;
+        let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, SMALL_CAPS, &QP_EV));
+        let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));
+        let one = [sge(buf.as_ptr() as u64, 64, pd.local_dma_lkey())];
+        req!(qp.set_state(INIT));
+        req!(qp.post_recv(&[recv(1, &one), recv(2, &one)]));
+        let op = b::ib_wr_opcode_IB_WR_SEND;
+        for id in 10..14 {
+            req!(qp.post_send(&[send(id, op, 0, &one)]));
+        }
+        // The four SQEs fill the CQ; the two RQEs stay in the RQ.
+        req!(qp.set_state(ERR));
+        check!(errno_at(qp.post_recv(&[recv(3, &one)])) == Some((ENOMEM.to_errno(), 0)));
+        let mut wc = [b::ib_wc::zeroed(); 4];
+        check!(cq.poll(&mut wc) == 4);
+        check!((0..4).all(|i| wc_wr_id(&wc[i]) == 10 + i as u64));
+        // Room again: the post flushes what was left, then completes its own WR.
+        req!(qp.post_recv(&[recv(3, &one)]));
+        check!(cq.poll(&mut wc) == 3);
+        check!(wc_wr_id(&wc[0]) == 1 && wc_wr_id(&wc[1]) == 2 && wc_wr_id(&wc[2]) == 3);
+        check!(wc
+            .iter()
+            .take(3)
+            .all(|w| w.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR));
+        // An empty SQ: a Send posted in ERROR completes at once.
+        req!(qp.post_send(&[send(20, op, 0, &one)]));
+        check!(cq.poll(&mut wc) == 1 && wc_wr_id(&wc[0]) == 20);
+        qp.drain();
+        check!(cq.poll(&mut wc) == 0);
+        Ok(())
+    }
+
     /// Verbs may be called from any context: a ULP polling its CQ in softirq
     /// (`IB_POLL_SOFTIRQ`: nvme-rdma's LOCAL_INV, iSER, RDS) posts from the completion
     /// handler. A QP in ERROR completes each Send at once with a flush, so a chain of
@@ -963,6 +1002,11 @@ mod suite {
     #[test]
     fn kernel_qp_limits_and_drain() {
         assert!(run(drain_flow));
+    }
+
+    #[test]
+    fn post_in_error_behind_a_flush_the_full_cq_stopped() {
+        assert!(run(post_in_error_behind_a_stopped_flush));
     }
 
     #[test]

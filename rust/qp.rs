@@ -116,6 +116,9 @@ pub(crate) struct Qp {
     #[pin]
     attrs: Mutex<Attrs>,
     destroying: AtomicBool,
+    /// Whether the device's RQ sweep lists the QP ([`Qp::sweep_late_rqes`]): set by the
+    /// one who lists it, so that it is listed once at most.
+    sweep_listed: AtomicBool,
     /// The connection while the QP is connected (set by the CM, cleared when it closes).
     #[pin]
     conn: SpinLockIrq<Option<Arc<Conn>>>,
@@ -351,6 +354,7 @@ impl QpOps<Device> for Qp {
             state: AtomicU8::new(State::Init as u8),
             attrs <- new_mutex!(Attrs { access: 0 }, "rsiw_qp_attrs"),
             destroying: AtomicBool::new(false),
+            sweep_listed: AtomicBool::new(false),
             conn <- new_spinlock_irq!(None, "rsiw_qp_conn"),
         }? Error),
         ))
@@ -374,6 +378,10 @@ impl QpOps<Device> for Qp {
 
     fn sweep_rq(qp: &IbQp<Qp>) -> bool {
         Self::sweep_late_rqes(qp)
+    }
+
+    fn sweep_unlisted(qp: &IbQp<Qp>) {
+        Self::sweep_unlisted(qp);
     }
 
     /// `query_qp`: the state, the granted capabilities, the signalling type, the access

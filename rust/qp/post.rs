@@ -132,7 +132,8 @@ impl Qp {
     ///
     /// With the first WR not posted: `EINVAL` in RESET, for a malformed WR (see
     /// [`Qp::build_sqe`]) or for WRs on a user QP;
-    /// `ENOMEM` if the SQ (or, in ERROR, the CQ) is full.
+    /// `ENOMEM` if the SQ is full, or, in ERROR, the send CQ is, or the SQ still holds
+    /// WQEs after one batch of their flush.
     pub(super) fn post_send_list<'a>(
         qp: &IbQp<Qp>,
         wrs: WrList<'a, SendWr>,
@@ -151,12 +152,20 @@ impl Qp {
                 };
                 match sqe {
                     Err(e) => (Notify::NONE, Err(e)),
-                    // With the SQ empty (entering ERROR flushed it), completing at once
-                    // keeps posting order; a flush still in progress (`flush_rest_sq`)
-                    // takes it in order from the SQ.
-                    Ok(sqe) if state == State::Error && !ring_busy(&qp.sq, &pos) => {
+                    Ok(sqe) if state == State::Error => {
+                        // Completed at once, after what the SQ still holds (a flush in
+                        // progress, or one the full send CQ stopped): one batch of that
+                        // first, in this hold; if the SQ is still not empty, the WR is
+                        // refused as a full SQ refuses it.
+                        let (n, busy) =
+                            flush_first(&qp.sq, &mut pos, |p| Self::flush_sq_locked(qp, p));
+                        if busy {
+                            return (n, Err(ENOMEM));
+                        }
                         let opcode = crate::wqe::flush_opcode(sqe.opcode);
-                        complete_flushed(qp.scq(), &Self::flush_cqe(qp, sqe.id, opcode))
+                        let (m, r) =
+                            complete_flushed(qp.scq(), &Self::flush_cqe(qp, sqe.id, opcode));
+                        (n.or(m), r)
                     }
                     Ok(sqe) => {
                         let slot = Sqe { flags: 0, ..sqe };
@@ -167,9 +176,6 @@ impl Qp {
             })
         };
         notify.deliver(qp.scq());
-        if qp.state() == State::Error {
-            Self::flush_rest_sq(qp);
-        }
         if let Some(c) = Self::conn(qp) {
             c.kick();
         }
@@ -215,7 +221,8 @@ impl Qp {
     ///
     /// With the first WR not posted: `EINVAL` for user QPs (they post through the mapped
     /// RQ), QPs with an SRQ or without RQ, RESET, and malformed WRs; `ENOMEM` if the RQ
-    /// (or, in ERROR, the CQ) is full.
+    /// is full, or, in ERROR, the receive CQ is, or the RQ still holds WQEs after one
+    /// batch of their flush.
     pub(super) fn post_recv_list<'a>(
         qp: &IbQp<Qp>,
         wrs: WrList<'a, RecvWr>,
@@ -250,17 +257,21 @@ impl Qp {
                 match rqe {
                     Err(e) => (Notify::NONE, Err(e)),
                     // As in `post_send_list`.
-                    Ok(rqe) if state == State::Error && !ring_busy(ring, &pos) => {
-                        complete_flushed(qp.rcq(), &Self::flush_cqe(qp, rqe.id, WrOpcode::Receive))
+                    Ok(rqe) if state == State::Error => {
+                        let (n, busy) =
+                            flush_first(ring, &mut pos, |p| Self::flush_rq_locked(qp, ring, p));
+                        if busy {
+                            return (n, Err(ENOMEM));
+                        }
+                        let cqe = Self::flush_cqe(qp, rqe.id, WrOpcode::Receive);
+                        let (m, r) = complete_flushed(qp.rcq(), &cqe);
+                        (n.or(m), r)
                     }
                     Ok(rqe) => (Notify::NONE, publish(ring, &mut pos, &rqe, VALID)),
                 }
             })
         };
         notify.deliver(qp.rcq());
-        if qp.state() == State::Error {
-            Self::flush_rest_rq(qp);
-        }
         res
     }
 }
@@ -360,9 +371,20 @@ fn publish<E: RingElem>(ring: &Ring<E>, pos: &mut Pos, wqe: &E, flags: u16) -> R
     Ok(())
 }
 
-/// Whether `ring` holds a posted WQE at its head (`pos`, its positions, held locked).
-fn ring_busy<E: RingElem>(ring: &Ring<E>, pos: &Pos) -> bool {
-    ring.flags(pos.get) & VALID != 0
+/// Before a WR posted in ERROR completes at once: flushes one batch of what `ring` (of
+/// positions `pos`, held locked) still holds with `flush`, if anything. Returns the
+/// notification due and whether the ring still holds a WQE (the WR must not complete
+/// before it).
+fn flush_first<E: RingElem>(
+    ring: &Ring<E>,
+    pos: &mut Pos,
+    flush: impl FnOnce(&mut Pos) -> (Notify, bool),
+) -> (Notify, bool) {
+    if ring.flags(pos.get) & VALID == 0 {
+        return (Notify::NONE, false);
+    }
+    let (n, _) = flush(pos);
+    (n, ring.flags(pos.get) & VALID != 0)
 }
 
 /// Completes a WR posted in ERROR at once into `cq` (`cqe`, a flush error). Returns the

@@ -37,9 +37,11 @@ use crate::abi::{access, Rqe, Sqe};
 use crate::abi::{WcStatus, WrOpcode};
 use crate::conn::Conn;
 use crate::cq::{Cq, Cqe, Notify};
+use crate::logtag::Tag;
 use crate::sys::ibdev::{QpModify, QpState};
 use crate::sys::mem::ring::{Ring, RingElem};
 use crate::sys::obj::{IbCq, IbQp, QpEvent};
+use crate::sys::pr_err_ratelimited;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
@@ -187,7 +189,11 @@ impl Qp {
     }
 
     /// As [`Qp::flush_sq_locked`], for the QP's own RQ into the receive CQ.
-    fn flush_rq_locked(qp: &IbQp<Qp>, ring: &Ring<Rqe>, pos: &mut Pos) -> (Notify, bool) {
+    pub(super) fn flush_rq_locked(
+        qp: &IbQp<Qp>,
+        ring: &Ring<Rqe>,
+        pos: &mut Pos,
+    ) -> (Notify, bool) {
         Self::flush_ring(qp, ring, qp.rcq(), pos, |rqe: &Rqe| {
             (rqe.id, WrOpcode::Receive)
         })
@@ -336,10 +342,44 @@ impl Qp {
     /// whether the QP is still one to sweep (in ERROR, not being destroyed). Process
     /// context, no QP, SRQ or CQ lock held.
     pub(super) fn sweep_late_rqes(qp: &IbQp<Qp>) -> bool {
-        if qp.rq.is_none() || qp.destroying.load(Ordering::Acquire) {
-            return false;
+        if qp.rq.is_some() && !qp.destroying.load(Ordering::Acquire) && Self::flush_rest_rq(qp) {
+            return true;
         }
-        Self::flush_rest_rq(qp)
+        // Leaving the list: unlisted first, then the state looked at again under the RQ's
+        // lock (which every transition holds), so that a QP that entered ERROR again
+        // meanwhile is either listed again by `after_error` (which saw the flag clear) or
+        // kept here, never neither and never both.
+        qp.sweep_listed.store(false, Ordering::SeqCst);
+        let in_error = {
+            let _rq = qp.rq_pos.lock();
+            qp.state() == State::Error
+        };
+        in_error
+            && qp.rq.is_some()
+            && !qp.destroying.load(Ordering::Acquire)
+            && !qp.sweep_listed.swap(true, Ordering::SeqCst)
+    }
+
+    /// The sweep dropped the QP from its list (no memory): a later entry into ERROR lists
+    /// it again.
+    pub(super) fn sweep_unlisted(qp: &IbQp<Qp>) {
+        qp.sweep_listed.store(false, Ordering::SeqCst);
+    }
+
+    /// Lists a user QP with its own RQ that entered ERROR for the device's sweep, unless
+    /// it is listed already.
+    fn list_for_sweep(qp: &IbQp<Qp>) {
+        if qp.sweep_listed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let dev = qp.device::<crate::device::Device>();
+        if !dev.sweep_rq_later(qp.qpn()) {
+            qp.sweep_listed.store(false, Ordering::SeqCst);
+            pr_err_ratelimited!(
+                "{}: no memory to list the QP for the receive sweep; receives posted in ERROR complete at destroy\n",
+                Tag::with_name(|b| dev.name_into(b), Some(qp.qpn()))
+            );
+        }
     }
 
     /// Enters `new` unconditionally (destroy).
@@ -356,8 +396,7 @@ impl Qp {
             return;
         }
         if qp.user && qp.rq.is_some() {
-            qp.device::<crate::device::Device>()
-                .sweep_rq_later(qp.qpn());
+            Self::list_for_sweep(qp);
         }
         if sq_flushed {
             qp.dispatch_event(QpEvent::SqDrained);
@@ -445,15 +484,20 @@ impl Qp {
         Ok(())
     }
 
-    /// For the connection manager, once the QP entered RTS on connection `c`: the QP
-    /// gains the remote rights iw_cm gives every connected iWARP QP (`REMOTE_WRITE |
-    /// REMOTE_READ`, `iw_cm_init_qp_attr`), which librdmacm's active side never applies
-    /// (its QP reaches INIT, with access flags 0, before its iw_cm ID exists), and `c`
-    /// enforces the result. Under the attributes' mutex, so that a concurrent `modify_qp`
-    /// of the access flags is enforced either after this or not at all. May sleep.
+    /// For the connection manager, once the QP entered RTS on connection `c`: `c`
+    /// enforces the QP's access flags. A QP whose flags grant no remote access at all gets
+    /// what iw_cm gives every connected iWARP QP (`REMOTE_WRITE | REMOTE_READ`,
+    /// `iw_cm_init_qp_attr`), which librdmacm's active side never applies (its QP reaches
+    /// INIT, with access flags 0, before its iw_cm ID exists); flags that grant some
+    /// remote access are the consumer's choice and stay. Under the attributes' mutex, so
+    /// that a concurrent `modify_qp` of the access flags is enforced either after this or
+    /// not at all. May sleep.
     pub(crate) fn grant_connected_access(qp: &IbQp<Qp>, c: &Conn) {
         let mut attrs = qp.attrs.lock();
-        attrs.access |= access::REMOTE_WRITE | access::REMOTE_READ;
+        let remote = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+        if attrs.access & remote == 0 {
+            attrs.access |= access::REMOTE_WRITE | access::REMOTE_READ;
+        }
         c.set_qp_access(attrs.access);
     }
 

@@ -461,23 +461,22 @@ impl<T: Objects> IbDevice<T> {
     /// Has [`QpOps::sweep_rq`] look at QP `qpn` every `SWEEP_MS` milliseconds (100) until
     /// it answers `false` or the QP is gone. For user QPs in ERROR: the siw user ABI has
     /// no receive doorbell, so a receive WQE a consumer posts after the flush is seen only
-    /// by looking. Any context; without memory (GFP_ATOMIC) the QP is not looked at.
-    pub(crate) fn sweep_rq_later(&self, qpn: u32) {
-        {
-            // A QP listed twice (it entered ERROR again before the sweep ran) is swept
-            // once: the sweep drops duplicates with interrupts on.
-            let mut qpns = self.sweep_qpns.lock();
-            if qpns.push(qpn, GFP_ATOMIC).is_err() {
-                return;
-            }
+    /// by looking. The caller lists a QP at most once at a time (the sweep does not look
+    /// for duplicates), so the list holds at most one entry per QP. Any context. Returns
+    /// `false` if the QP could not be listed (no memory, GFP_ATOMIC).
+    pub(crate) fn sweep_rq_later(&self, qpn: u32) -> bool {
+        if self.sweep_qpns.lock().push(qpn, GFP_ATOMIC).is_err() {
+            return false;
         }
         // SAFETY: `sweep` was initialised with this device, which outlives it.
         unsafe { bindings::rsiw_delayed_queue(self.sweep.get(), SWEEP_MS) };
+        true
     }
 
     /// The sweep's run (process context, rsiw's workqueue): each listed QP that still
     /// exists gets [`QpOps::sweep_rq`]; those it keeps stay listed, and the sweep runs
-    /// again while any is.
+    /// again while any is. A QP the sweep cannot keep listed (no memory to merge the
+    /// lists) is told so ([`QpOps::sweep_unlisted`]).
     ///
     /// # Safety
     ///
@@ -485,32 +484,24 @@ impl<T: Objects> IbDevice<T> {
     unsafe extern "C" fn sweep_c(arg: *mut kernel::ffi::c_void) {
         // SAFETY: guaranteed by the caller.
         let dev = unsafe { &*arg.cast::<Self>() };
-        // Every hold of the list's lock (interrupts off) below is O(1) but for the
-        // caller's pushes: the list is taken and put back whole, and sorted, deduplicated
-        // and merged with interrupts on.
+        // Every hold of the list's lock (interrupts off) is O(1) but for the callers'
+        // pushes: the list is taken and put back whole, and merged with interrupts on.
         let mut qpns = core::mem::take(&mut *dev.sweep_qpns.lock());
-        // SAFETY: `qpns` owns `len()` initialised `u32`s at `as_mut_ptr()`.
-        unsafe { bindings::rsiw_sort_u32(qpns.as_mut_ptr(), qpns.len()) };
-        let mut last = None;
-        qpns.retain(|qpn| {
-            let qpn = *qpn;
-            let dup = last == Some(qpn);
-            last = Some(qpn);
-            !dup && dev.qp_ref(qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp()))
-        });
+        qpns.retain(|qpn| dev.qp_ref(*qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp())));
         let again = loop {
             let mut listed = dev.sweep_qpns.lock();
             if listed.is_empty() {
                 *listed = qpns;
                 break !listed.is_empty();
             }
-            // QPs listed while this ran: merged with the kept ones outside the lock
-            // (the next run drops any duplicate).
+            // QPs listed while this ran: merged with the kept ones outside the lock.
             let newly = core::mem::take(&mut *listed);
             drop(listed);
             for qpn in newly {
                 if qpns.push(qpn, GFP_KERNEL).is_err() {
-                    break;
+                    if let Some(r) = dev.qp_ref(qpn) {
+                        T::Qp::sweep_unlisted(r.qp());
+                    }
                 }
             }
         };

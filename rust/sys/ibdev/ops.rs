@@ -332,6 +332,9 @@ pub(crate) trait QpOps<D: Objects>: Sized + Send + Sync {
     /// The receive-queue sweep ([`IbDevice::sweep_rq_later`]) looks at the QP, from
     /// process context, while the QP exists; returns whether it should look again.
     fn sweep_rq(qp: &IbQp<Self>) -> bool;
+    /// The sweep dropped the QP from its list without asking [`QpOps::sweep_rq`] (no
+    /// memory): it must be listed again to be looked at.
+    fn sweep_unlisted(qp: &IbQp<Self>);
     /// `modify_qp` (the trampoline refuses mask bits beyond the standard attributes).
     fn modify(qp: &IbQp<Self>, change: &QpModify) -> Result;
     /// `query_qp` (optional).

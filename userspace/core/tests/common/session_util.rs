@@ -466,13 +466,19 @@ impl Harness {
                             if h.fenced {
                                 assert!(self.outstanding.is_empty(), "fenced WR with Reads out");
                             }
-                            if let Some(s) = h.read.filter(|_| withdrawn) {
-                                // Nothing reached the session since it admitted the Read.
-                                assert!(
-                                    self.session.withdraw_read(s),
-                                    "the Read just admitted could not be withdrawn"
-                                );
-                            } else if let Some(s) = h.read {
+                            if withdrawn {
+                                // Not sent after all; an admitted Read is taken back
+                                // before anything else reaches the session.
+                                if let Some(s) = h.read {
+                                    assert!(
+                                        self.session.withdraw_read(s),
+                                        "the Read just admitted could not be withdrawn"
+                                    );
+                                }
+                                self.sq.pop_front();
+                                continue;
+                            }
+                            if let Some(s) = h.read {
                                 self.outstanding.push_back(s);
                                 assert!(
                                     self.outstanding.len()
