@@ -542,3 +542,9 @@ struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp)
 	/* A user QP's PD is one of its context (uverbs looks it up in the caller's file). */
 	return qp->pd && qp->pd->uobject ? qp->pd->uobject->context : NULL;
 }
+
+/* cond_resched() (a macro): a point where a long-running work item lets others run. */
+void rsiw_cond_resched(void)
+{
+	cond_resched();
+}

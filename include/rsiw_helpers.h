@@ -276,4 +276,6 @@ struct ib_ucontext *rsiw_qp_ucontext(const struct ib_qp *qp);
 void rsiw_owner_put(void *owner);
 bool rsiw_owner_is_current(const void *owner);
 
+void rsiw_cond_resched(void);
+
 #endif /* RSIW_HELPERS_H */

@@ -873,6 +873,7 @@ mod suite {
     fn post_in_error_behind_a_stopped_flush(dev: &KDevice<Device>) -> Checked {
         let pd = req!(KPd::new(dev));
         let cq = req!(KCq::new_direct(dev, 4));
+        check!(cq.depth() == 4);
         let rc = b::ib_qp_type_IB_QPT_RC;
         let qp = req!(KQp::new(&pd, &cq, &cq, None, rc, SMALL_CAPS, &QP_EV));
         let buf = req!(KVec::from_elem(0u8, 64, GFP_KERNEL));

@@ -342,7 +342,11 @@ impl Qp {
     /// whether the QP is still one to sweep (in ERROR, not being destroyed). Process
     /// context, no QP, SRQ or CQ lock held.
     pub(super) fn sweep_late_rqes(qp: &IbQp<Qp>) -> bool {
-        if qp.rq.is_some() && !qp.destroying.load(Ordering::Acquire) && Self::flush_rest_rq(qp) {
+        if !qp.user || qp.rq.is_none() {
+            // Never listed: a QP that took the number of a listed one destroyed since.
+            return false;
+        }
+        if !qp.destroying.load(Ordering::Acquire) && Self::flush_rest_rq(qp) {
             return true;
         }
         // Leaving the list: unlisted first, then the state looked at again under the RQ's
@@ -355,7 +359,6 @@ impl Qp {
             qp.state() == State::Error
         };
         in_error
-            && qp.rq.is_some()
             && !qp.destroying.load(Ordering::Acquire)
             && !qp.sweep_listed.swap(true, Ordering::SeqCst)
     }
@@ -364,6 +367,11 @@ impl Qp {
     /// it again.
     pub(super) fn sweep_unlisted(qp: &IbQp<Qp>) {
         qp.sweep_listed.store(false, Ordering::SeqCst);
+        let dev = qp.device::<crate::device::Device>();
+        pr_err_ratelimited!(
+            "{}: no memory to keep the QP listed for the receive sweep; receives posted in ERROR complete at destroy\n",
+            Tag::with_name(|b| dev.name_into(b), Some(qp.qpn()))
+        );
     }
 
     /// Lists a user QP with its own RQ that entered ERROR for the device's sweep, unless
@@ -485,16 +493,17 @@ impl Qp {
     }
 
     /// For the connection manager, once the QP entered RTS on connection `c`: `c`
-    /// enforces the QP's access flags. A QP whose flags grant no remote access at all gets
-    /// what iw_cm gives every connected iWARP QP (`REMOTE_WRITE | REMOTE_READ`,
-    /// `iw_cm_init_qp_attr`), which librdmacm's active side never applies (its QP reaches
-    /// INIT, with access flags 0, before its iw_cm ID exists); flags that grant some
-    /// remote access are the consumer's choice and stay. Under the attributes' mutex, so
+    /// enforces the QP's access flags. A QP whose flags grant neither remote write nor
+    /// remote read gets what iw_cm gives every connected iWARP QP (`REMOTE_WRITE |
+    /// REMOTE_READ`, `iw_cm_init_qp_attr`), which librdmacm's active side never applies
+    /// (its QP reaches INIT, with access flags 0, before its iw_cm ID exists); flags that
+    /// grant either are the consumer's choice and stay. Under the attributes' mutex, so
     /// that a concurrent `modify_qp` of the access flags is enforced either after this or
     /// not at all. May sleep.
     pub(crate) fn grant_connected_access(qp: &IbQp<Qp>, c: &Conn) {
         let mut attrs = qp.attrs.lock();
-        let remote = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+        // Atomics do not exist on iWARP: REMOTE_ATOMIC alone grants nothing.
+        let remote = access::REMOTE_WRITE | access::REMOTE_READ;
         if attrs.access & remote == 0 {
             attrs.access |= access::REMOTE_WRITE | access::REMOTE_READ;
         }

@@ -487,7 +487,13 @@ impl<T: Objects> IbDevice<T> {
         // Every hold of the list's lock (interrupts off) is O(1) but for the callers'
         // pushes: the list is taken and put back whole, and merged with interrupts on.
         let mut qpns = core::mem::take(&mut *dev.sweep_qpns.lock());
-        qpns.retain(|qpn| dev.qp_ref(*qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp())));
+        qpns.retain(|qpn| {
+            let keep = dev.qp_ref(*qpn).is_some_and(|r| T::Qp::sweep_rq(r.qp()));
+            // Up to a ring's pass for each of up to `max_qp` QPs: others run between two.
+            // SAFETY: process context (a work item), no lock held.
+            unsafe { bindings::rsiw_cond_resched() };
+            keep
+        });
         let again = loop {
             let mut listed = dev.sweep_qpns.lock();
             if listed.is_empty() {
