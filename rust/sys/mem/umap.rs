@@ -206,17 +206,13 @@ pub(in crate::sys) unsafe extern "C" fn mmap_c(
     // reference keeps the entry and its buffer alive.
     let entry = unsafe { &*base.cast::<Entry>() };
     let ret = match &entry.buf {
-        // SAFETY: the buffer is a live vmalloc area of `buf.len()` octets, page-aligned
-        // (`VBuf`'s invariant), which the entry reference keeps alive; the core holds the
-        // VMA's mmap lock for writing during `mmap`; `rsiw_remap_vmalloc` refuses a VMA
-        // longer than the area.
-        Some(buf) => unsafe {
-            bindings::rsiw_remap_vmalloc(
-                vma,
-                buf.as_ptr().cast(),
-                buf.len() as kernel::ffi::c_ulong,
-            )
-        },
+        Some(buf) => {
+            let (kaddr, len) = (buf.as_ptr().cast(), buf.len() as kernel::ffi::c_ulong);
+            // The core holds the mmap lock for writing; the helper refuses a VMA longer
+            // than the area. SAFETY: a live, page-aligned vmalloc area of `len` octets
+            // (`VBuf`), kept alive by the entry reference.
+            unsafe { bindings::rsiw_remap_vmalloc(vma, kaddr, len) }
+        }
         // The offsets below the first ring's (`CtxMaps`).
         None => refuse(),
     };
