@@ -974,17 +974,7 @@ def test_send_longer_than_a_message_fails_locally(target):
     # The TERMINATE (under 100 octets), then the close; none of the Send's FPDUs, of up
     # to MULPDU octets each, and no Read Response.
     s.settimeout(T_IO)
-    got = b""
-    try:
-        while len(got) < 1 << 16:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        raise AssertionError(f"rsiw did not close after the local error; sent {got.hex()}")
+    got = recv_all(s)
     s.close()
     assert len(got) < 100, f"rsiw sent {len(got)} octets after the refused WQE: {got[:64].hex()}"
     assert terminate_of(got)[:3] == (0, 0, 0x00), got.hex()
@@ -1025,17 +1015,7 @@ def test_qp_access_flags_narrowed_refuse_the_peer(target, op):
     }[op]
     s.sendall(refused)
     s.settimeout(T_IO)
-    got = b""
-    try:
-        while len(got) < 1 << 16:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        raise AssertionError(f"rsiw did not close after the refused {op}; sent {got.hex()}")
+    got = recv_all(s)
     s.close()
     # The TERMINATE alone (under 100 octets): no Read Response of 64 octets.
     assert len(got) < 100, f"rsiw sent {len(got)} octets: {got[:64].hex()}"
@@ -1068,17 +1048,7 @@ def test_no_octet_of_a_send_lands_after_its_receive_mr_was_deregistered(target):
     except OSError:
         pass
     s.settimeout(T_IO)
-    got = b""
-    try:
-        while len(got) < 1 << 16:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        raise AssertionError(f"rsiw did not close; sent {got.hex()}")
+    got = recv_all(s)
     s.close()
     assert terminate_of(got)[:3] == (1, 0, 0x00), got.hex()
     report.tell("check")
